@@ -1,0 +1,40 @@
+# Everything runs inside a local virtual environment (.venv) that this Makefile creates.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+OUT    ?= report
+JOBS   ?= 2
+
+.PHONY: install demo test test-all lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/robustep reproduce all --quick --out $(OUT)/
+
+test: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -m "not slow" -n $(JOBS) -q
+
+test-all: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+bench: $(STAMP)
+	for f in benchmarks/*.py; do $(BIN)/python $$f; done
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache build src/*.egg-info

@@ -1,0 +1,1 @@
+"""robustep.baselines."""

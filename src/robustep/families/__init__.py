@@ -1,0 +1,1 @@
+"""Exponential-family helpers: Gaussian natural parameters and the t-exponential family."""

@@ -1,0 +1,81 @@
+"""The likelihood protocol shared by every inference engine.
+
+A likelihood owns its local math.  All methods are vectorised over sites:
+``y``, ``f``, ``cavity_mean`` and ``cavity_var`` are float arrays of shape (n,)
+(broadcastable), ``power`` (eta, fractional/power EP) is a scalar in (0, 1].
+
+Likelihood parameters that can be learned (e.g. Student-t ``scale``) are
+positive and exposed in log space through :attr:`hyperparameter_names`,
+:meth:`get_log_params` and :meth:`with_log_params` (a new object; likelihoods
+are immutable values).
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+
+class Likelihood(abc.ABC):
+    """Base class of site likelihoods p(y_i | f_i)."""
+
+    #: Names of learnable positive parameters, in the order of the log-space vector.
+    hyperparameter_names: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ targets
+    def validate_targets(self, y) -> np.ndarray:
+        """Check and return ``y`` as a float array of shape (n,); raise ValueError with advice."""
+        y = np.asarray(y, dtype=float)
+        if y.ndim != 1:
+            raise ValueError(f"y must be one-dimensional, got shape {y.shape}")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or inf; remove or impute those observations")
+        return y
+
+    # ------------------------------------------------------------ tilted moments
+    @abc.abstractmethod
+    def tilted_moments(self, y, cavity_mean, cavity_var, power=1.0):
+        """Moments of the tilted distribution p(y|f)^power N(f | cavity_mean, cavity_var).
+
+        Returns
+        -------
+        log_Z : (n,) log of int p(y|f)^power N(f | m, v) df
+        mean : (n,) tilted mean
+        var : (n,) tilted variance (> 0)
+        """
+
+    def tilted_log_Z_gradient(self, y, cavity_mean, cavity_var, power=1.0) -> np.ndarray:
+        """d log_Z / d log(theta) for each learnable parameter, shape (n, n_params)."""
+        return np.zeros((np.size(cavity_mean), 0))
+
+    # --------------------------------------------------------------- pointwise
+    @abc.abstractmethod
+    def log_prob(self, y, f) -> np.ndarray:
+        """log p(y | f), shape (n,)."""
+
+    def log_prob_derivatives(self, y, f):
+        """(log p, d/df, d2/df2, d3/df3) of log p(y|f), each shape (n,)."""
+        raise NotImplementedError(f"{type(self).__name__} does not provide derivatives")
+
+    def log_prob_parameter_gradient(self, y, f) -> np.ndarray:
+        """d log p(y|f) / d log(theta), shape (n, n_params)."""
+        return np.zeros((np.size(f), 0))
+
+    # ----------------------------------------------------------- parameters
+    def get_log_params(self) -> np.ndarray:
+        """Learnable parameters in log space, shape (n_params,)."""
+        return np.array([np.log(getattr(self, name)) for name in self.hyperparameter_names])
+
+    def with_log_params(self, log_params) -> Likelihood:
+        """A copy with learnable parameters set from a log-space vector."""
+        import copy
+
+        new = copy.copy(self)
+        for name, value in zip(self.hyperparameter_names, np.asarray(log_params), strict=True):
+            setattr(new, name, float(np.exp(value)))
+        return new
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
