@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= report
+# On the developers' and CI machines the benchmark data sit beside the checkout.
+export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
 JOBS   ?= 2
 
 .PHONY: install demo test test-all lint format bench clean

@@ -1,1 +1,14 @@
-"""robustep.ep."""
+"""Expectation propagation engine for latent Gaussian (GP) models."""
+
+from robustep.ep.engine import expectation_propagation
+from robustep.ep.evidence import ep_objective, log_Z_gradient
+from robustep.ep.state import EPResult
+from robustep.ep.updates import moment_matching_update
+
+__all__ = [
+    "EPResult",
+    "ep_objective",
+    "expectation_propagation",
+    "log_Z_gradient",
+    "moment_matching_update",
+]

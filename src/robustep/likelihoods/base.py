@@ -79,3 +79,63 @@ class Likelihood(abc.ABC):
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+# ---------------------------------------------------------------- helpers
+def check_power(power) -> float:
+    """Return ``power`` (eta) as a float, raising ValueError unless it lies in (0, 1]."""
+    try:
+        eta = float(power)
+    except (TypeError, ValueError):
+        raise ValueError(f"power must be a scalar in (0, 1], got {power!r}") from None
+    if not (0.0 < eta <= 1.0):
+        raise ValueError(
+            f"power must lie in (0, 1] (1 = standard EP, <1 = fractional EP), got {power!r}"
+        )
+    return eta
+
+
+def as_site_arrays(*arrays):
+    """Convert site-wise inputs to 1-D float arrays broadcast to a common shape (n,).
+
+    Inputs are never modified; the returned arrays may be views or copies.
+    """
+    out = np.broadcast_arrays(*[np.atleast_1d(np.asarray(a, dtype=float)) for a in arrays])
+    if out[0].ndim != 1:
+        raise ValueError(f"site-wise inputs must be one-dimensional, got shape {out[0].shape}")
+    return out
+
+
+def check_cavity(cavity_mean, cavity_var, y=None, binary=False):
+    """Raise ValueError unless the cavity mean is finite and the cavity variance finite and > 0.
+
+    If ``y`` is given it must be finite (and in {-1, +1} when ``binary``), so that no NaN
+    can leak silently into the tilted moments.
+    """
+    if y is not None:
+        if binary and not np.all(np.abs(y) == 1.0):
+            raise ValueError("labels must be -1 or +1; map your two classes to -1 and +1")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or inf; remove or impute those observations")
+    if not np.all(np.isfinite(cavity_mean)):
+        raise ValueError("cavity_mean contains NaN or inf")
+    if not np.all((cavity_var > 0) & np.isfinite(cavity_var)):
+        raise ValueError(
+            "cavity_var must be finite and > 0; skip (do not update) sites whose cavity "
+            "precision is non-positive"
+        )
+
+
+def check_binary_targets(y) -> np.ndarray:
+    """Return labels as a float array of shape (n,) after checking they are in {-1, +1}."""
+    y = np.asarray(y, dtype=float)
+    if y.ndim != 1:
+        raise ValueError(f"y must be one-dimensional, got shape {y.shape}")
+    bad = ~np.isin(y, (-1.0, 1.0))
+    if np.any(bad):
+        found = np.unique(y[bad])[:5]
+        raise ValueError(
+            f"binary classification likelihoods need labels in {{-1, +1}}; found {found.tolist()}"
+            " -- map your two classes to -1 and +1 (e.g. y = 2 * (labels == positive) - 1)"
+        )
+    return y

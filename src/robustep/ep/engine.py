@@ -1,0 +1,583 @@
+"""Expectation propagation for a latent Gaussian (GP) prior N(0, K).
+
+One entry point, :func:`expectation_propagation`, built from a likelihood, a
+schedule ("parallel" or "sequential"), a site update rule (moment matching by
+default; relaxed EP supplies its own) and the numerical settings in
+:mod:`robustep._config`.
+
+Robust parallel EP (``robust=True``) follows Jylänki, Vanhatalo & Vehtari
+(2011) §4: parallel sweeps whose step is limited so that every cavity precision
+stays positive and the posterior stays valid (modification 2); while they make
+steady progress they continue, and when they stall or oscillate the run
+switches to the double-loop algorithm (modifications 1, 3, 4), whose inner
+loop minimises the convex EP objective for fixed reference marginals by
+moment-matching directions with a line search, and whose outer loop resets
+the reference marginals to q's marginals.  See docs/derivations/ep_evidence.md
+and docs/derivations/double_loop.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep._config import get_config
+from robustep.ep.evidence import ep_objective
+from robustep.ep.state import EPResult
+from robustep.ep.updates import max_abs, moment_matching_update
+from robustep.likelihoods.base import Likelihood
+from robustep.linalg import InvalidSiteConfiguration, SitePosterior
+
+SCHEDULES = ("parallel", "sequential")
+
+
+# --------------------------------------------------------------------------- evaluation
+@dataclasses.dataclass
+class _Evaluation:
+    """Everything known about one site configuration for given reference marginals."""
+
+    precision: np.ndarray  # site tau~ (n,)
+    shift: np.ndarray  # site nu~ (n,)
+    post: SitePosterior
+    ref_precision: np.ndarray  # reference marginals lambda_s (n,)
+    ref_shift: np.ndarray
+    cav_precision: np.ndarray  # lambda_s - eta lambda~
+    cav_shift: np.ndarray
+    valid: np.ndarray  # bool (n,), cavity precision positive
+    log_Z_tilted: np.ndarray  # (n,), NaN where invalid
+    proposal_precision: np.ndarray  # undamped proposal (= current where invalid)
+    proposal_shift: np.ndarray
+    info: dict
+    objective: float  # L(lambda~; lambda_s), NaN if any cavity invalid
+
+    @property
+    def marg_precision(self):
+        return 1.0 / self.post.var
+
+    @property
+    def marg_shift(self):
+        return self.post.mean / self.post.var
+
+    @property
+    def residual(self) -> float:
+        v = self.valid
+        return max_abs(
+            self.proposal_precision[v] - self.precision[v], self.proposal_shift[v] - self.shift[v]
+        )
+
+
+def _evaluate(ctx, precision, shift, ref=None, post=None):
+    """Factorise the posterior and run the site update rule at all valid cavities."""
+    if post is None:
+        post = SitePosterior(ctx.K, precision, shift)
+    if ref is None:
+        ref_precision, ref_shift = 1.0 / post.var, post.mean / post.var
+    else:
+        ref_precision, ref_shift = ref
+    eta = ctx.power
+    cav_precision = ref_precision - eta * precision
+    cav_shift = ref_shift - eta * shift
+    valid = cav_precision > get_config().min_cavity_precision * ref_precision
+    log_Z = np.full(precision.shape, np.nan)
+    prop_precision = precision.copy()
+    prop_shift = shift.copy()
+    info = {}
+    if np.any(valid):
+        cav_var = 1.0 / cav_precision[valid]
+        cav_mean = cav_shift[valid] * cav_var
+        p, s, lz, inf = ctx.rule(
+            ctx.likelihood, ctx.y[valid], cav_mean, cav_var, precision[valid], shift[valid], eta
+        )
+        prop_precision[valid] = p
+        prop_shift[valid] = s
+        log_Z[valid] = lz
+        for key, value in inf.items():
+            full = np.zeros(precision.shape, dtype=np.asarray(value).dtype)
+            full[valid] = value
+            info[key] = full
+    ok = bool(np.all(valid)) and np.all(np.isfinite(log_Z))
+    if not (np.all(np.isfinite(prop_precision)) and np.all(np.isfinite(prop_shift))):
+        bad = ~(np.isfinite(prop_precision) & np.isfinite(prop_shift))
+        prop_precision[bad] = precision[bad]
+        prop_shift[bad] = shift[bad]
+        valid = valid & ~bad
+        ok = False
+    objective = (
+        ep_objective(post, log_Z, cav_precision, cav_shift, ref_precision, ref_shift, eta)
+        if ok
+        else np.nan
+    )
+    return _Evaluation(
+        precision, shift, post, ref_precision, ref_shift, cav_precision, cav_shift, valid,
+        log_Z, prop_precision, prop_shift, info, objective,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass
+class _Context:
+    K: np.ndarray
+    y: np.ndarray
+    likelihood: Likelihood
+    rule: object
+    power: float
+    damping: float
+    tol: float
+    max_iter: int
+    callback: object
+    history: dict = dataclasses.field(
+        default_factory=lambda: {
+            "max_change": [],
+            "residual": [],
+            "log_Z": [],
+            "step": [],
+            "phase": [],
+        }
+    )
+    n_iter: int = 0
+    stopped_by_callback: bool = False
+
+    def record(self, phase, ev, change, step, residual=None):
+        """Append one sweep to the history; return True if the callback asks to stop."""
+        residual = ev.residual if residual is None else residual
+        h = self.history
+        h["max_change"].append(float(change))
+        h["residual"].append(float(residual))
+        h["log_Z"].append(float(ev.objective))
+        h["step"].append(float(step))
+        h["phase"].append(phase)
+        self.n_iter += 1
+        if self.callback is not None:
+            stop = self.callback(
+                {
+                    "iteration": self.n_iter,
+                    "phase": phase,
+                    "site_precision": ev.precision.copy(),
+                    "site_shift": ev.shift.copy(),
+                    "max_change": float(change),
+                    "residual": float(residual),
+                    "log_Z": float(ev.objective),
+                }
+            )
+            if stop:
+                self.stopped_by_callback = True
+                return True
+        return False
+
+
+# --------------------------------------------------------------------------- parallel
+def _parallel_step(ctx, ev, step, robust):
+    """One parallel EP sweep from evaluation ``ev`` (reference = q's marginals).
+
+    Returns (new evaluation, actual max change, step used, safeguard_active).
+    """
+    d_prec = ev.proposal_precision - ev.precision
+    d_shift = ev.proposal_shift - ev.shift
+    delta = np.full(d_prec.shape, float(step))
+    safeguard = False
+    for _ in range(30):
+        new_prec = ev.precision + delta * d_prec
+        new_shift = ev.shift + delta * d_shift
+        try:
+            new_ev = _evaluate(ctx, new_prec, new_shift)
+        except InvalidSiteConfiguration:
+            safeguard = True
+            delta = 0.5 * delta
+            continue
+        # Jylänki et al. (2011) §4, modification 2: the new cavities must stay positive;
+        # otherwise halve the step.
+        if robust and np.any(ev.valid & ~new_ev.valid):
+            safeguard = True
+            delta = 0.5 * delta
+            continue
+        change = max_abs(delta * d_prec, delta * d_shift)
+        return new_ev, change, float(np.max(delta)) if delta.size else step, safeguard
+    return None, 0.0, 0.0, True
+
+
+def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None):
+    """Parallel sweeps until convergence, ``max_sweeps``, or (with ``patience``) stalling.
+
+    ``patience``: stop with status "stalled" when the residual has not reached a
+    new minimum (by at least 10%) for this many consecutive sweeps, or when a
+    step had to be rejected entirely.
+    """
+    step = 1.0 - ctx.damping
+    best, since_best = np.inf, 0
+    for _ in range(max_sweeps):
+        if ev.residual < ctx.tol and np.all(ev.valid):
+            return ev, "converged"
+        if ctx.n_iter >= ctx.max_iter:
+            return ev, "max_iter"
+        new_ev, change, used, _ = _parallel_step(ctx, ev, step, robust)
+        if new_ev is None:
+            return ev, "stalled"
+        ev = new_ev
+        if ctx.record("parallel", ev, change, used):
+            return ev, "callback"
+        if ev.residual < 0.9 * best:
+            best, since_best = ev.residual, 0
+        else:
+            since_best += 1
+        if patience is not None and since_best >= patience:
+            return ev, "stalled"
+    if ev.residual < ctx.tol and np.all(ev.valid):
+        return ev, "converged"
+    return ev, "max_iter"
+
+
+# --------------------------------------------------------------------------- double loop
+def _directional(ev, d_prec, d_shift, eta):
+    """Slope of L(lambda~; lambda_s) at ``ev`` along (d_prec, d_shift).
+
+    dL/dnu~_i = mu_i - m^_i and dL/dtau~_i = -(E_q[f_i^2] - E_tilted[f_i^2]) / 2
+    (docs/derivations/double_loop.md), with the tilted moments recovered from
+    the cavity and the proposed site.
+    """
+    mu, s2 = ev.post.mean, ev.post.var
+    v_hat = 1.0 / (ev.cav_precision + eta * ev.proposal_precision)
+    m_hat = (ev.cav_shift + eta * ev.proposal_shift) * v_hat
+    g_shift = mu - m_hat
+    g_prec = -0.5 * (s2 + mu**2 - v_hat - m_hat**2)
+    return float(np.sum(g_shift * d_shift + g_prec * d_prec))
+
+
+def _run_double_loop(ctx, ev, *, max_inner=1, inner_reduction=0.1):
+    """Double-loop EP (Heskes & Zoeter 2002; Jylänki et al. 2011 §3.6 and §4, mods 1, 3, 4).
+
+    Outer loop: reference marginals lambda_s <- q's marginals.  Inner loop:
+    minimise the convex L(lambda~; lambda_s) along moment-matching directions
+    Delta = (lambda_tilted - lambda_q) / eta with a backtracking line search
+    (cubic interpolation) that keeps every cavity positive.  The inner loop
+    stops when the direction has shrunk by ``inner_reduction`` relative to its
+    size at the start of the outer iteration (or below ``tol``), or after
+    ``max_inner`` steps.
+    """
+    import os
+
+    eta = ctx.power
+    step = 1.0 / (1.0 + eta)
+    while True:
+        if ev.residual < ctx.tol and np.all(ev.valid):
+            return ev, "converged"
+        if ctx.n_iter >= ctx.max_iter:
+            return ev, "max_iter"
+        if not np.isfinite(ev.objective):
+            return ev, "invalid"
+        start_size = None
+        for _ in range(max_inner):
+            tilt_prec = ev.cav_precision + eta * ev.proposal_precision
+            tilt_shift = ev.cav_shift + eta * ev.proposal_shift
+            d_prec = (tilt_prec - ev.marg_precision) / eta
+            d_shift = (tilt_shift - ev.marg_shift) / eta
+            size = max_abs(d_prec, d_shift)
+            start_size = size if start_size is None else start_size
+            slope = _directional(ev, d_prec, d_shift, eta)
+            if size < max(ctx.tol, inner_reduction * start_size) and size < start_size:
+                break
+            if slope >= 0.0:
+                break
+            new_ev, used = _line_search(ctx, ev, d_prec, d_shift, slope, min(1.0, 2.0 * step))
+            if new_ev is None:
+                break
+            step = used
+            ev = new_ev
+            if ctx.record("double-loop", ev, used * size, used, residual=size):
+                return ev, "callback"
+            if ctx.n_iter >= ctx.max_iter:
+                break
+        ev = _outer_update(ctx, ev)
+
+
+def _outer_update(ctx, ev):
+    """Reset the reference marginals to q's marginals (where that keeps cavities positive)."""
+    q_prec, q_shift = ev.marg_precision, ev.marg_shift
+    ok = q_prec - ctx.power * ev.precision > get_config().min_cavity_precision * q_prec
+    ref_prec = np.where(ok, q_prec, ev.ref_precision)
+    ref_shift = np.where(ok, q_shift, ev.ref_shift)
+    return _evaluate(ctx, ev.precision, ev.shift, ref=(ref_prec, ref_shift), post=ev.post)
+
+
+def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
+    """Backtracking search along t for a step that decreases L (Armijo).
+
+    Jylänki et al. (2011) §4, modifications 1, 2 and 4.  Each site moves by
+    ``min(t, limit_i) * Delta_i``, where ``limit_i`` keeps its cavity precision
+    positive; a per-site scaling keeps a descent direction because every site's
+    own term of the slope is non-positive (docs/derivations/double_loop.md).
+    """
+    eta = ctx.power
+    room = ev.ref_precision * (1.0 - 1e-6) - eta * ev.precision
+    grow = d_prec > 0
+    limits = np.where(grow, 0.99 * room / np.where(grow, eta * d_prec, 1.0), np.inf)
+    limits = np.maximum(limits, 0.0)
+    if np.all(limits <= 0):
+        return None, 0.0
+    ref = (ev.ref_precision, ev.ref_shift)
+    f0 = ev.objective
+    t = float(first_step)
+    for _ in range(max_tries):
+        delta = np.minimum(t, limits)
+        dp, ds = delta * d_prec, delta * d_shift
+        try:
+            trial = _evaluate(ctx, ev.precision + dp, ev.shift + ds, ref=ref)
+        except InvalidSiteConfiguration:
+            t *= 0.5
+            continue
+        f1 = trial.objective
+        slope_t = _directional(ev, dp, ds, eta)  # slope along the scaled direction
+        if np.isfinite(f1) and f1 <= f0 + 1e-4 * slope_t:
+            return trial, t
+        if np.isfinite(f1):
+            slope1 = _directional(trial, dp, ds, eta)
+            # Near the optimum L's rounding noise hides the decrease: accept by the
+            # approximate Wolfe conditions of Hager & Zhang (2005).
+            if f1 <= f0 + 1e-10 * abs(f0) and abs(slope1) <= 0.9 * abs(slope_t):
+                return trial, t
+            t *= _interpolate_step(f0, slope_t, f1, slope1, 1.0)
+        else:
+            t *= 0.5
+    return None, 0.0
+
+
+def _interpolate_step(f0, g0, f1, g1, t):
+    """Minimiser of the cubic with values/slopes (f0, g0) at 0 and (f1, g1) at t.
+
+    Falls back to the quadratic through (f0, g0, f1); result clipped to [0.1 t, 0.5 t].
+    """
+    d1 = g0 + g1 - 3.0 * (f1 - f0) / t
+    disc = d1 * d1 - g0 * g1
+    if disc >= 0 and np.isfinite(disc):
+        d2 = np.sqrt(disc)
+        denom = g1 - g0 + 2.0 * d2
+        new = t - t * (g1 + d2 - d1) / denom if denom != 0 else np.nan
+    else:
+        new = np.nan
+    if not np.isfinite(new) or new <= 0:
+        curv = f1 - f0 - g0 * t
+        new = -g0 * t * t / (2.0 * curv) if curv > 0 else 0.5 * t
+    return float(np.clip(new, 0.1 * t, 0.5 * t))
+
+
+# --------------------------------------------------------------------------- sequential
+def _run_sequential(ctx, ev, *, robust):
+    """Sequential EP with rank-one updates of Sigma and a fresh factorisation after every pass."""
+    n = ev.precision.size
+    eta = ctx.power
+    step = 1.0 - ctx.damping
+    min_cav = get_config().min_cavity_precision
+    while True:
+        if ev.residual < ctx.tol and np.all(ev.valid):
+            return ev, "converged"
+        if ctx.n_iter >= ctx.max_iter:
+            return ev, "max_iter"
+        precision, shift = ev.precision.copy(), ev.shift.copy()
+        Sigma = ev.post.covariance()
+        mu = ev.post.mean.copy()
+        change = 0.0
+        for i in range(n):  # inherently sequential: one site at a time
+            s2, m = Sigma[i, i], mu[i]
+            q_prec = 1.0 / s2
+            cav_prec = q_prec - eta * precision[i]
+            if not cav_prec > min_cav * q_prec:
+                continue
+            cav_var = 1.0 / cav_prec
+            cav_mean = (m * q_prec - eta * shift[i]) * cav_var
+            p, s, _, _ = ctx.rule(
+                ctx.likelihood, ctx.y[i : i + 1], np.array([cav_mean]), np.array([cav_var]),
+                precision[i : i + 1], shift[i : i + 1], eta,
+            )  # fmt: skip
+            if not (np.isfinite(p[0]) and np.isfinite(s[0])):
+                continue
+            d_prec = step * (p[0] - precision[i])
+            d_shift = step * (s[0] - shift[i])
+            denom = 1.0 + d_prec * s2
+            if denom <= 1e-10:  # the update would make Sigma indefinite: shorten it
+                scale = (1.0 - 1e-3) / (-d_prec * s2)
+                d_prec, d_shift = scale * d_prec, scale * d_shift
+                denom = 1.0 + d_prec * s2
+            col = Sigma[:, i].copy()
+            Sigma -= (d_prec / denom) * np.outer(col, col)
+            mu += ((d_shift - d_prec * m) / denom) * col
+            precision[i] += d_prec
+            shift[i] += d_shift
+            change = max(change, abs(d_prec), abs(d_shift))
+        try:
+            ev = _evaluate(ctx, precision, shift)
+        except InvalidSiteConfiguration:
+            return ev, "invalid"
+        if ctx.record("sequential", ev, change, step):
+            return ev, "callback"
+
+
+# --------------------------------------------------------------------------- entry point
+def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
+    if not isinstance(likelihood, Likelihood):
+        raise TypeError(
+            f"likelihood must be a robustep.likelihoods.Likelihood, got {type(likelihood).__name__}"
+        )
+    K = np.asarray(K, dtype=float)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (n, n) matrix, got shape {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
+    if K.shape[0] and not np.allclose(K, K.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(K))):
+        raise ValueError("K must be symmetric")
+    y = likelihood.validate_targets(y)
+    if y.shape[0] != K.shape[0]:
+        raise ValueError(f"y has {y.shape[0]} entries but K is {K.shape[0]} x {K.shape[0]}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not (isinstance(damping, numbers.Real) and 0.0 <= damping < 1.0):
+        raise ValueError(f"damping must be in [0, 1) (0 = no damping), got {damping!r}")
+    if not (isinstance(power, numbers.Real) and 0.0 < power <= 1.0):
+        raise ValueError(f"power must be in (0, 1], got {power!r}")
+    if not (isinstance(max_iter, numbers.Integral) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(tol, numbers.Real) and tol > 0):
+        raise ValueError(f"tol must be positive, got {tol!r}")
+    return K, y
+
+
+def _initial_sites(init, n):
+    if init is None:
+        return np.zeros(n), np.zeros(n)
+    if isinstance(init, EPResult):
+        init = (init.site_precision, init.site_shift)
+    precision, shift = (np.array(a, dtype=float) for a in init)
+    if precision.shape != (n,) or shift.shape != (n,):
+        raise ValueError(f"init must be (site_precision, site_shift) of shape ({n},)")
+    if not (np.all(np.isfinite(precision)) and np.all(np.isfinite(shift))):
+        raise ValueError("init contains NaN or inf")
+    return precision, shift
+
+
+def expectation_propagation(
+    K,
+    y,
+    likelihood,
+    *,
+    schedule="parallel",
+    damping=0.0,
+    power=1.0,
+    robust=True,
+    max_iter=1000,
+    tol=1e-4,
+    init=None,
+    callback=None,
+    site_update=None,
+    n_parallel_init=10,
+    double_loop=None,
+    max_inner=1,
+):
+    """Expectation propagation for p(f) = N(0, K) and sites p(y_i | f_i).
+
+    Parameters
+    ----------
+    K : (n, n) prior covariance (not modified).
+    y : (n,) targets, validated by ``likelihood.validate_targets``.
+    likelihood : a :class:`robustep.likelihoods.Likelihood`.
+    schedule : "parallel" (all sites from fixed marginals, one factorisation per
+        sweep) or "sequential" (rank-one updates, re-factorised after every pass).
+    damping : weight kept on the old site value, in [0, 1); step delta = 1 - damping
+        (Jylänki et al. 2011 eqs. 12, 15).
+    power : fractional EP power eta in (0, 1] (eqs. 14–15).
+    robust : parallel schedule: keep cavity precisions positive, and switch to the
+        double loop when parallel sweeps stall (§4).  Sequential schedule: skip sites
+        with non-positive cavity precision and shorten steps that would make the
+        posterior indefinite.  ``robust=False`` still never produces NaN: invalid
+        cavities are skipped and invalid configurations are halved back.
+    max_iter : maximum number of sweeps (inner iterations in the double loop).
+    tol : convergence when the largest undamped site change (natural parameters) < tol.
+    init : None (sites zero, q = prior), a ``(site_precision, site_shift)`` pair, or an
+        :class:`EPResult` (warm start).
+    callback : called after every sweep with a dict (iteration, phase, site parameters,
+        max_change, residual, log_Z); return True to stop.
+    site_update : site update rule (see :mod:`robustep.ep.updates`); default moment matching.
+    n_parallel_init : robust parallel EP runs at least this many parallel sweeps, and more
+        while they keep improving, before switching to the double loop.
+    double_loop : None (automatic, see ``robust``), True (skip straight to the double loop
+        after ``n_parallel_init`` sweeps; use 0 for a pure double loop) or False (never).
+    max_inner : inner-loop iterations per outer update of the double loop.  1 (default)
+        is robust parallel EP (Jylänki et al. §4, modifications 1, 2, 4: every parallel
+        step is line-searched on the EP objective); larger values iterate the inner
+        loop towards consistency (modification 3), which the paper (and our
+        measurements, docs/benchmarks.md) find slower.
+
+    Returns
+    -------
+    EPResult
+    """
+    K, y = _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol)
+    n = K.shape[0]
+    rule = moment_matching_update if site_update is None else site_update
+    ctx = _Context(K, y, likelihood, rule, float(power), float(damping), float(tol),
+                   int(max_iter), callback)  # fmt: skip
+    precision, shift = _initial_sites(init, n)
+    try:
+        ev = _evaluate(ctx, precision, shift)
+    except InvalidSiteConfiguration:
+        warnings.warn("init gives an invalid posterior; starting from the prior", stacklevel=2)
+        ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
+
+    if schedule == "sequential":
+        ev, status = _run_sequential(ctx, ev, robust=robust)
+    else:
+        use_double = robust and site_update is None if double_loop is None else bool(double_loop)
+        if use_double:
+            if double_loop:
+                ev, status = _run_parallel(ctx, ev, robust=True, max_sweeps=n_parallel_init)
+            else:
+                ev, status = _run_parallel(
+                    ctx, ev, robust=True, max_sweeps=max_iter, patience=n_parallel_init
+                )
+            if status in ("stalled", "max_iter") and ctx.n_iter < max_iter:
+                ev, status = _run_double_loop(
+                    ctx, _evaluate(ctx, ev.precision, ev.shift), max_inner=max_inner
+                )
+        else:
+            ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=max_iter)
+    return _finish(ctx, ev, status)
+
+
+def _finish(ctx, ev, status):
+    # the final state is always described with reference = q's marginals
+    ev = _evaluate(ctx, ev.precision, ev.shift, post=ev.post)
+    converged = bool(ev.residual < ctx.tol and np.all(ev.valid))
+    n_invalid = int(np.count_nonzero(~ev.valid))
+    cav_var = np.where(ev.valid, 1.0 / np.where(ev.valid, ev.cav_precision, 1.0), np.nan)
+    cav_mean = np.where(ev.valid, ev.cav_shift * cav_var, np.nan)
+    if converged:
+        message = f"converged after {ctx.n_iter} iterations"
+    else:
+        message = (
+            f"EP did not converge ({status}) after {ctx.n_iter} iterations: largest site "
+            f"residual {ev.residual:.3g} > tol {ctx.tol:g}"
+        )
+        if n_invalid:
+            message += f"; {n_invalid} sites have non-positive cavity precision"
+        if not ctx.stopped_by_callback:
+            warnings.warn(message, ConvergenceWarning, stacklevel=3)
+    log_Z = float(ev.objective)
+    if not np.isfinite(log_Z):
+        message += "; log_Z is undefined (NaN) because some cavities are invalid"
+    return EPResult(
+        mean=ev.post.mean,
+        var=ev.post.var,
+        site_precision=ev.precision,
+        site_shift=ev.shift,
+        cavity_mean=cav_mean,
+        cavity_var=cav_var,
+        log_Z=log_Z,
+        converged=converged,
+        n_iter=ctx.n_iter,
+        history=ctx.history,
+        site_info=ev.info,
+        power=ctx.power,
+        n_invalid_cavities=n_invalid,
+        message=message,
+        posterior=ev.post,
+    )

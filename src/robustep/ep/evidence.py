@@ -1,0 +1,94 @@
+"""The EP approximation of the log marginal likelihood and its gradients.
+
+Derivation in docs/derivations/ep_evidence.md.  With site parameters
+lambda~ = (nu~, tau~), reference marginals lambda_s = (nu_s, tau_s) and cavities
+lambda_- = lambda_s - eta lambda~ (Jylänki et al. 2011 eq. 14),
+
+    L(lambda~; lambda_s) = -1/2 log|I + K T~| + 1/2 nu~^T mu
+        + (1/eta) sum_i [ log Z^_i + 1/2 log(tau_si / tau_-i)
+                          + nu_-i^2 / (2 tau_-i) - nu_si^2 / (2 tau_si) ],
+
+where Z^_i = int p(y_i|f)^eta N(f | cavity_i) df.  With lambda_s equal to the
+marginals of q this is log Z_EP (their eq. 16; note the sign of the
+nu~^T mu term, which the paper prints as negative: the Gaussian-likelihood
+test in tests/test_ep_engine.py confirms the positive sign).  For fixed
+lambda_s, L is convex in lambda~ (a sum of log-partition functions of
+affine functions of lambda~): the double loop minimises it in the inner loop
+and updates lambda_s to q's marginals in the outer loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power):
+    """Per-site terms (1/eta)[log Z^ + A_g(cavity) - A_g(reference)] - constants, shape (n,).
+
+    A_g(nu, tau) = 1/2 log(2 pi / tau) + nu^2 / (2 tau) is the log-partition
+    function of an unnormalised Gaussian in natural parameters.
+    """
+    return (
+        log_Z_tilted
+        + 0.5 * np.log(ref_precision / cav_precision)
+        + 0.5 * cav_shift**2 / cav_precision
+        - 0.5 * ref_shift**2 / ref_precision
+    ) / power
+
+
+def prior_term(posterior) -> float:
+    """log int N(f | 0, K) prod_i exp(nu~_i f_i - tau~_i f_i^2 / 2) df."""
+    return -0.5 * posterior.log_det + 0.5 * float(posterior.site_shift @ posterior.mean)
+
+
+def ep_objective(
+    posterior, log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power
+):
+    """L(lambda~; lambda_s) above (a float); equals log Z_EP when lambda_s = q's marginals."""
+    return prior_term(posterior) + float(
+        np.sum(local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power))
+    )
+
+
+def log_Z_gradient(result, K_gradient, likelihood, y):
+    """Gradient of ``result.log_Z`` w.r.t. kernel and likelihood log-hyperparameters.
+
+    Valid at a converged EP fixed point, where log Z_EP is stationary in the site
+    parameters, so only explicit dependencies count (Seeger 2005; Opper & Winther 2005):
+
+        d log Z / d theta_k = 1/2 alpha^T dK_k alpha - 1/2 tr(R dK_k),
+        R = (K + T~^-1)^-1,  mu = K alpha,
+        d log Z / d theta_lik = (1/eta) sum_i d log Z^_i / d theta_lik.
+
+    Parameters
+    ----------
+    result : EPResult (converged).
+    K_gradient : (n, n, p) derivatives of K w.r.t. log kernel hyperparameters
+        (as returned by ``kernel(X, eval_gradient=True)[1]``).
+    likelihood : the likelihood used in the run.
+    y : (n,) targets.
+
+    Returns
+    -------
+    grad_kernel : (p,)
+    grad_likelihood : (q,) in the order of ``likelihood.hyperparameter_names``.
+    """
+    K_gradient = np.asarray(K_gradient, dtype=float)
+    post = result.posterior
+    alpha = post.alpha
+    R = post.R_matrix()
+    grad_kernel = 0.5 * np.einsum("i,ijk,j->k", alpha, K_gradient, alpha) - 0.5 * np.einsum(
+        "ij,jik->k", R, K_gradient
+    )
+    if likelihood.hyperparameter_names:
+        valid = np.isfinite(result.cavity_var)
+        g = likelihood.tilted_log_Z_gradient(
+            np.asarray(y, dtype=float)[valid],
+            result.cavity_mean[valid],
+            result.cavity_var[valid],
+            result.power,
+        )
+        grad_likelihood = np.sum(g, axis=0) / result.power
+    else:
+        grad_likelihood = np.zeros(0)
+    return grad_kernel, grad_likelihood

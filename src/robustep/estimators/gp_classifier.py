@@ -1,0 +1,427 @@
+"""Binary Gaussian process classification with EP, damped EP, power EP, relaxed EP and Laplace.
+
+``GPClassifier`` is a thin scikit-learn shell over the EP engine
+(:func:`robustep.ep.expectation_propagation`), the REP site update
+(:mod:`robustep.ep.rep`) and the Laplace baseline (:mod:`robustep.baselines.laplace`).
+
+Model: latent f ~ GP(0, k), labels y ∈ {-1, +1} (two original labels mapped to ±1,
+``classes_[1]`` is +1) with
+
+* ``likelihood="probit"``: p(y|f) = Φ(y f);
+* ``likelihood="step"``: p(y|f) = ε + (1 - 2ε) Θ(y f), ε = ``label_noise``
+  (Qi & Guo, long version, eq. 8).
+
+Predictive probability of ``classes_[1]`` at x* with latent N(μ*, σ*²):
+probit Φ(μ*/√(1 + σ*²)) (Rasmussen & Williams eq. 3.80); step ε + (1 - 2ε) Φ(μ*/σ*).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from scipy import linalg, optimize, special
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    _validate_data = None
+
+__all__ = ["GPClassifier"]
+
+_METHODS = ("ep", "damped", "power", "rep", "laplace")
+
+
+def _validate(estimator, X, y=None, reset=True):
+    kwargs = dict(ensure_2d=True, dtype="numeric", reset=reset)
+    if _validate_data is not None:
+        if y is None:
+            return _validate_data(estimator, X, **kwargs)
+        return _validate_data(estimator, X, y, **kwargs)
+    if y is None:  # pragma: no cover
+        return estimator._validate_data(X, **kwargs)
+    return estimator._validate_data(X, y, **kwargs)  # pragma: no cover
+
+
+class GPClassifier(ClassifierMixin, BaseEstimator):
+    """Binary GP classifier with EP / damped EP / power EP / relaxed EP (REP) / Laplace inference.
+
+    Parameters
+    ----------
+    kernel : sklearn kernel, default ``ConstantKernel(1.0) * RBF(1.0)``
+        Prior covariance; cloned, never modified (the fitted copy is ``kernel_``).
+    likelihood : {"probit", "step"}
+        Φ(y f), or the noisy step ε + (1 - 2ε) Θ(y f) (Qi & Guo eq. 8).
+    label_noise : float in [0, 0.5)
+        ε of the step likelihood (must be 0 for "probit").
+    method : {"ep", "damped", "power", "rep", "laplace"}
+        "ep": EP; "damped": EP with damping ``damping`` (weight on the old site) or,
+        with ``damping="adaptive"``, restarts in blocks of 50 sweeps that move the
+        damping halfway to 1 whenever the largest site change did not shrink during
+        a block; "power": power EP with u = ``power`` (long version Appendix C);
+        "rep": relaxed EP with penalty c = ``relaxation`` (§3–4, Appendix B);
+        "laplace": Laplace approximation at the posterior mode.
+    damping : float in [0, 1) or "adaptive"
+        Used by ``method="damped"`` only.
+    power : float in (0, 1]
+        Used by ``method="power"`` only.
+    relaxation : float >= 0
+        Penalty weight c of REP (c -> inf gives EP).  Used by ``method="rep"`` only.
+    schedule : {"parallel", "sequential"}
+        EP site update schedule.
+    max_iter : int
+        Maximum EP sweeps (Newton iterations for Laplace).
+    tol : float
+        Convergence tolerance on the largest change of site natural parameters.
+    optimizer : "fmin_l_bfgs_b" or None
+        Maximise the approximate log marginal likelihood over the kernel's log
+        hyperparameters with its analytic gradient; None keeps the kernel fixed.
+    n_restarts_optimizer : int
+        Extra optimiser starts drawn log-uniformly within the kernel's bounds.
+    random_state : int, RandomState or None
+        Seeds the optimiser restarts.
+
+    Attributes
+    ----------
+    kernel_, classes_ (2,), X_train_ (n, d), converged_, n_iter_,
+    log_marginal_likelihood_value_, site_precision_ (n,), site_shift_ (n,),
+    relaxation_b_ (n,) (REP only; zero where REP did not relax), n_features_in_.
+
+    Notes
+    -----
+    The evidence of REP is EP's evidence formula evaluated at REP's sites; its
+    gradient is the explicit gradient of that formula (``log_Z_gradient``), which
+    is exact at an EP fixed point and an approximation at REP's (REP's sites are not
+    a stationary point of EP's evidence); see docs/derivations/rep.md.
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": [Kernel, None],
+        "likelihood": [StrOptions({"probit", "step"})],
+        "label_noise": [Interval(numbers.Real, 0.0, 0.5, closed="left")],
+        "method": [StrOptions(set(_METHODS))],
+        "damping": [Interval(numbers.Real, 0.0, 1.0, closed="left"), StrOptions({"adaptive"})],
+        "power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "relaxation": [Interval(numbers.Real, 0.0, None, closed="left")],
+        "schedule": [StrOptions({"parallel", "sequential"})],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0.0, None, closed="neither")],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), None],
+        "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        kernel=None,
+        *,
+        likelihood="probit",
+        label_noise=0.0,
+        method="ep",
+        damping=0.5,
+        power=0.8,
+        relaxation=10.0,
+        schedule="parallel",
+        max_iter=1000,
+        tol=1e-4,
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.label_noise = label_noise
+        self.method = method
+        self.damping = damping
+        self.power = power
+        self.relaxation = relaxation
+        self.schedule = schedule
+        self.max_iter = max_iter
+        self.tol = tol
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ tags
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def _more_tags(self):  # pragma: no cover - scikit-learn < 1.6
+        return {"binary_only": True}
+
+    # ------------------------------------------------------------- inference
+    def _make_likelihood(self):
+        from robustep.likelihoods import NoisyStep, Probit
+
+        if self.likelihood == "probit":
+            if self.label_noise != 0:
+                raise ValueError(
+                    "label_noise applies to likelihood='step'; set label_noise=0 for 'probit'"
+                )
+            return Probit()
+        return NoisyStep(float(self.label_noise))
+
+    def _infer(self, K, init=None):
+        """Run the chosen approximation on prior covariance K (n, n); returns the result object."""
+        lik = self._likelihood_obj
+        y = self._y_pm
+        if self.method == "laplace":
+            from robustep.baselines.laplace import laplace_approximation
+
+            return laplace_approximation(K, y, lik, max_iter=max(self.max_iter, 1))
+        from robustep.ep import expectation_propagation
+
+        kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
+        if self.method == "ep":
+            return expectation_propagation(K, y, lik, **kwargs)
+        if self.method == "power":
+            return expectation_propagation(K, y, lik, power=float(self.power), **kwargs)
+        if self.method == "rep":
+            from robustep.ep.rep import make_rep_update
+
+            return expectation_propagation(
+                K, y, lik, site_update=make_rep_update(float(self.relaxation)), **kwargs
+            )
+        # damped
+        if self.damping != "adaptive":
+            return expectation_propagation(K, y, lik, damping=float(self.damping), **kwargs)
+        return self._adaptive_damped(K, y, lik, init)
+
+    def _adaptive_damped(self, K, y, lik, init):
+        """Damped EP whose damping moves halfway to 1 after every block of 50 sweeps without progress."""
+        from robustep.ep import expectation_propagation
+
+        damping, block, total = 0.5, 50, 0
+        res, best = None, np.inf
+        while total < self.max_iter:
+            n = min(block, self.max_iter - total)
+            res = expectation_propagation(
+                K,
+                y,
+                lik,
+                schedule=self.schedule,
+                damping=damping,
+                max_iter=n,
+                tol=self.tol,
+                init=init,
+            )
+            total += res.n_iter
+            if res.converged:
+                break
+            last = float(res.history["max_change"][-1]) if res.history["max_change"] else np.inf
+            if not last < best:
+                damping = 0.5 * (1.0 + damping)
+            best = min(best, last)
+            init = (res.site_precision, res.site_shift)
+        res.n_iter = total
+        return res
+
+    @staticmethod
+    def _log_evidence(res):
+        value = getattr(res, "log_Z", None)
+        if value is None:
+            value = res.log_marginal_likelihood
+        return float(value)
+
+    def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
+        kernel = self.kernel_.clone_with_theta(theta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            if eval_gradient:
+                K, K_gradient = kernel(self.X_train_, eval_gradient=True)
+            else:
+                K = kernel(self.X_train_)
+            init = self._warm_start if (warm and self.method != "laplace") else None
+            try:
+                res = self._infer(K, init=init)
+            except (linalg.LinAlgError, ValueError, FloatingPointError):
+                return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+            value = self._log_evidence(res)
+            self._last_converged = bool(res.converged)
+            if warm and self.method != "laplace" and np.isfinite(value):
+                self._warm_start = (np.array(res.site_precision), np.array(res.site_shift))
+            if not eval_gradient:
+                return value
+            if self.method == "laplace":
+                from robustep.baselines.laplace import laplace_log_marginal_likelihood_gradient
+
+                grad, _ = laplace_log_marginal_likelihood_gradient(
+                    res, K_gradient, self._likelihood_obj, self._y_pm
+                )
+            else:
+                from robustep.ep import log_Z_gradient
+
+                grad, _ = log_Z_gradient(res, K_gradient, self._likelihood_obj, self._y_pm)
+        return value, np.asarray(grad, dtype=float)
+
+    # -------------------------------------------------------------------- fit
+    def fit(self, X, y):
+        """Fit the GP classifier.
+
+        X : array (n, d); y : array (n,) with exactly two distinct labels.
+        Returns ``self``.
+        """
+        self._validate_params()
+        if self.kernel is not None and not isinstance(self.kernel, Kernel):
+            raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
+        X, y = _validate(self, X, y, reset=True)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if self.classes_.size != 2:
+            raise ValueError(
+                f"y contains {self.classes_.size} class(es); GPClassifier is binary — pass "
+                "exactly two labels (use sklearn.multiclass.OneVsRestClassifier for more)"
+            )
+        self._y_pm = np.where(y == self.classes_[1], 1.0, -1.0)
+        self._likelihood_obj = self._make_likelihood()
+        self.X_train_ = np.asarray(X, dtype=float)
+        if self.kernel is None:
+            self.kernel_ = ConstantKernel(1.0) * RBF(1.0)
+        else:
+            self.kernel_ = clone(self.kernel)
+
+        if self.optimizer is not None and self.kernel_.n_dims > 0:
+            self._optimise_kernel()
+
+        K = self.kernel_(self.X_train_)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = self._infer(K)
+        res = self._finite_or_prior(res, K)
+        self._result = res
+        self.converged_ = bool(res.converged)
+        self.n_iter_ = int(res.n_iter)
+        self.log_marginal_likelihood_value_ = self._log_evidence(res)
+        if self.method == "laplace":
+            self.site_precision_ = np.asarray(res.W, dtype=float).copy()
+            self.site_shift_ = self.site_precision_ * res.mode + res.grad_log_lik
+        else:
+            self.site_precision_ = np.asarray(res.site_precision, dtype=float).copy()
+            self.site_shift_ = np.asarray(res.site_shift, dtype=float).copy()
+        if self.method == "rep":
+            info = getattr(res, "site_info", None) or {}
+            self.relaxation_b_ = np.asarray(
+                info.get("b", np.zeros(self.X_train_.shape[0])), dtype=float
+            ).copy()
+        if not self.converged_:
+            warnings.warn(
+                f"{self.method} inference did not converge ({self.n_iter_} iterations, "
+                f"max_iter={self.max_iter}, "
+                f"tol={self.tol}); the last finite state is kept. Try method='damped', "
+                "method='rep', a larger max_iter or a larger tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def _finite_or_prior(self, res, K):
+        """Keep ``res`` if its posterior is finite; otherwise fall back to the prior (sites = 0)."""
+        mean, var = np.asarray(res.mean), np.asarray(res.var)
+        if np.all(np.isfinite(mean)) and np.all(np.isfinite(var)) and np.all(var > 0):
+            return res
+        from robustep.ep import expectation_propagation
+
+        n = K.shape[0]
+        prior = expectation_propagation(
+            K,
+            self._y_pm,
+            self._likelihood_obj,
+            max_iter=1,
+            tol=self.tol,
+            init=(np.zeros(n), np.zeros(n)),
+        )
+        prior.converged = False
+        return prior
+
+    def _optimise_kernel(self):
+        self._warm_start = None
+
+        def obj(theta):
+            self._last_converged = False
+            value, grad = self._evidence_and_gradient(theta, eval_gradient=True, warm=True)
+            # a non-converged inner run has no valid evidence (nor gradient): reject the point
+            bad = not (np.isfinite(value) and np.all(np.isfinite(grad)))
+            if bad or not self._last_converged:
+                return 1e25, np.zeros_like(theta)
+            return -value, -grad
+
+        bounds = self.kernel_.bounds
+        starts = [self.kernel_.theta]
+        if self.n_restarts_optimizer > 0:
+            if not np.all(np.isfinite(bounds)):
+                raise ValueError(
+                    "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
+                )
+            rng = check_random_state(self.random_state)
+            for _ in range(self.n_restarts_optimizer):
+                starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
+        best_theta, best_value = self.kernel_.theta, np.inf
+        for start in starts:
+            self._warm_start = None
+            sol = optimize.minimize(obj, start, method="L-BFGS-B", jac=True, bounds=bounds)
+            if sol.fun < best_value:
+                best_theta, best_value = sol.x, sol.fun
+        self.kernel_ = self.kernel_.clone_with_theta(best_theta)
+
+    # --------------------------------------------------------------- predict
+    def log_marginal_likelihood(self, theta=None, eval_gradient=False):
+        """Approximate log marginal likelihood (and its gradient w.r.t. log hyperparameters).
+
+        theta : (p,) log hyperparameters of ``kernel_`` or None (the fitted value).
+        Returns the value, or ``(value, gradient (p,))`` when ``eval_gradient``.
+        """
+        check_is_fitted(self)
+        if theta is None:
+            if eval_gradient:
+                raise ValueError("gradient can only be evaluated for theta != None")
+            return self.log_marginal_likelihood_value_
+        theta = np.asarray(theta, dtype=float)
+        return self._evidence_and_gradient(theta, eval_gradient)
+
+    def predict_latent(self, X, return_std=False):
+        """Mean (m,) and, with ``return_std``, std (m,) of the latent f at X (m, d)."""
+        check_is_fitted(self)
+        X = _validate(self, X, reset=False)
+        K_cross = self.kernel_(X, self.X_train_)
+        k_diag = self.kernel_.diag(X)
+        mean, var = self._result.predict(K_cross, k_diag)
+        mean = np.nan_to_num(np.asarray(mean, dtype=float), nan=0.0)
+        if not return_std:
+            return mean
+        var = np.asarray(var, dtype=float)
+        var = np.where(np.isfinite(var), np.maximum(var, 0.0), np.asarray(k_diag, float))
+        return mean, np.sqrt(var)
+
+    def decision_function(self, X):
+        """Standardised latent score z (m,): predict_proba = Φ(z) (probit) or ε + (1-2ε)Φ(z) (step).
+
+        z = μ*/√(1 + σ*²) for probit and μ*/σ* for the step likelihood; z > 0 means
+        ``classes_[1]``.
+        """
+        mean, std = self.predict_latent(X, return_std=True)
+        if self.likelihood == "probit":
+            return mean / np.sqrt(1.0 + std**2)
+        tiny = np.finfo(float).tiny
+        return np.where(std > tiny, mean / np.maximum(std, tiny), np.sign(mean) * 1e300)
+
+    def predict_proba(self, X):
+        """Class probabilities (m, 2), columns ordered as ``classes_``."""
+        z = self.decision_function(X)
+        eps = 0.0 if self.likelihood == "probit" else float(self.label_noise)
+        p1 = eps + (1.0 - 2.0 * eps) * special.ndtr(z)
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict(self, X):
+        """Predicted labels (m,) in the original label set."""
+        z = self.decision_function(X)
+        return self.classes_[(z > 0).astype(int)]

@@ -1,0 +1,602 @@
+"""Robust GP regression with a Student-t likelihood (Jylänki, Vanhatalo & Vehtari 2011).
+
+``StudentTGPRegressor`` is a thin scikit-learn shell over the inference engines:
+
+* ``"ep"``: robust parallel EP with double-loop fallback (§4), :mod:`robustep.ep`;
+* ``"fractional"``: fractional (power) EP with eta = ``power`` (§3.7, eqs. 14–15);
+* ``"laplace"``: Laplace approximation (§3.2), :mod:`robustep.baselines.laplace`;
+* ``"vb"``: variational bounds (§3.4), :mod:`robustep.baselines.variational`;
+* ``"fvb"``: factorised VB on the scale mixture with EM for hyperparameters (§3.3);
+* ``"mcmc"``: scale-mixture Gibbs sampling with slice-sampled hyperparameters (§3.1),
+  :mod:`robustep.baselines.mcmc`;
+* ``"gaussian"``: ordinary GP regression with Gaussian noise of variance ``scale**2``.
+
+Type-II MAP (§6.2): the kernel hyperparameters, sigma (``scale``) and, with
+``optimize_df``, nu are optimised with flat priors on log theta, log sigma and
+log log nu (so the MAP is the maximum of the approximate marginal likelihood in
+those coordinates; nu is kept in [1.05, 1000]).  ``df_grid`` gives EP3: nu fixed
+at 15 values log-log spaced in [1.5, 20], the other hyperparameters optimised
+for each (warm-started from the previous mode) and the predictions mixed with
+weights w_j ∝ q(theta_j, sigma_j, nu_j | D) (§6.2).
+
+Targets are standardised when ``normalize_y`` (as in the paper, §6.2); ``scale``
+and the fitted ``scale_`` are then in units of the standardised targets.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from scipy import linalg, optimize
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from robustep.baselines import _student_t as st
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    _validate_data = None
+
+__all__ = ["StudentTGPRegressor", "default_df_grid"]
+
+_METHODS = ("ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian")
+_DF_BOUNDS = (1.05, 1000.0)
+_SCALE_BOUNDS = (1e-4, 1e2)
+_PENALTY = 1e25
+
+
+def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
+    """EP3 grid: ``n`` values of nu linearly spaced in log-log scale on [low, high] (§6.2)."""
+    return np.exp(np.exp(np.linspace(np.log(np.log(low)), np.log(np.log(high)), n)))
+
+
+def _validate(estimator, X, y=None, reset=True):
+    kwargs = dict(ensure_2d=True, dtype="numeric", reset=reset)
+    if y is not None:
+        kwargs["y_numeric"] = True
+    if _validate_data is not None:
+        if y is None:
+            return _validate_data(estimator, X, **kwargs)
+        return _validate_data(estimator, X, y, **kwargs)
+    if y is None:  # pragma: no cover
+        return estimator._validate_data(X, **kwargs)
+    return estimator._validate_data(X, y, **kwargs)  # pragma: no cover
+
+
+def _student_t(df, scale):
+    """The production Student-t likelihood (robustep.likelihoods.StudentT)."""
+    try:
+        from robustep.likelihoods.student_t import StudentT
+    except ImportError:  # pragma: no cover - until the likelihood module lands
+        from robustep.baselines._testing import StudentTReference as StudentT
+    return StudentT(df=float(df), scale=float(scale))
+
+
+def _lik_grad(likelihood, grad) -> tuple[float, float]:
+    """(d/dlog nu, d/dlog sigma) from a gradient ordered by ``hyperparameter_names``."""
+    names = tuple(likelihood.hyperparameter_names)
+    g = dict(zip(names, np.asarray(grad, float), strict=False))
+    return float(g.get("df", 0.0)), float(g.get("scale", 0.0))
+
+
+class _GaussianGP:
+    """Exact GP regression with noise variance s2; the ``"gaussian"`` reference method."""
+
+    def __init__(self, K, y, s2):
+        from robustep.baselines.variational import _HeteroscedasticGP
+
+        self.gp = _HeteroscedasticGP(K, y, np.full(y.size, s2))
+        self.s2 = s2
+        self.log_marginal_likelihood = self.gp.log_marginal()
+        self.mean, self.var = self.gp.mean, self.gp.var
+        self.site_precision = np.full(y.size, 1.0 / s2)
+        self.site_shift = y / s2
+        self.converged, self.n_iter = True, 1
+
+    def predict(self, K_cross, k_diag):
+        return self.gp.predict(K_cross, k_diag)
+
+    def gradient(self, K_gradient):
+        n = self.mean.size
+        gk = self.gp.kernel_gradient(K_gradient)
+        gs = self.gp.kernel_gradient((2.0 * self.s2 * np.eye(n))[:, :, None])[0]
+        return gk, gs
+
+
+class StudentTGPRegressor(RegressorMixin, BaseEstimator):
+    """Gaussian process regression with a Student-t observation model.
+
+    Parameters
+    ----------
+    kernel : sklearn kernel, default ``ConstantKernel(1.0) * RBF(1.0)``
+        Prior covariance (log-space hyperparameters); cloned, never modified.
+    df : float > 0
+        Degrees of freedom nu (initial value, or fixed unless ``optimize_df``).
+    scale : float > 0
+        Student-t scale sigma (initial value; standardised-target units if ``normalize_y``).
+        For ``method="gaussian"`` the noise standard deviation.
+    method : {"ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
+    power : float in (0, 1]
+        Fractional EP power eta, used by ``method="fractional"``.
+    optimize_df : bool
+        Also optimise nu (LA2/EP2/VB2/fVB2 of §6.2); with ``method="mcmc"`` nu is sampled.
+    df_grid : None, True or array of nu values
+        EP3 (§6.2): optimise the other hyperparameters for each nu on the grid
+        (True: :func:`default_df_grid`) and mix the predictions.
+    optimizer : "fmin_l_bfgs_b", callable or None
+        None keeps kernel, ``df`` and ``scale`` exactly as given (for ``"mcmc"``:
+        hyperparameters are not sampled).  A callable is called as
+        ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)`` like
+        scikit-learn's GaussianProcessRegressor.
+    n_restarts_optimizer : int
+        Extra optimiser runs from random initial kernel hyperparameters; the best
+        approximate marginal posterior wins.
+    normalize_y : bool
+        Standardise targets to zero mean and unit variance before fitting.
+    n_samples : int
+        MCMC draws kept (``method="mcmc"``).
+    random_state : int, RandomState or None
+
+    Attributes
+    ----------
+    kernel_, df_, scale_ : fitted hyperparameters.
+    converged_, n_iter_ : whether the final inference converged, and its iterations.
+    log_marginal_likelihood_value_ : approximate log p(y | hyperparameters) of the
+        standardised targets (a lower bound for "vb"/"fvb"; NaN-free; None for "mcmc").
+    site_precision_, site_shift_ : (n,) site natural parameters in standardised units
+        (EP sites; W and W f^ + d1 for Laplace; 1/gamma for VB/fVB; None for MCMC).
+    negative_precision_ : (n,) bool, sites with negative precision (the §5/§7 outliers).
+    cavity_mean_, cavity_var_ : (n,) leave-one-out (cavity) moments of f in target
+        units (§7 diagnostics; NaN where a cavity is undefined).
+    df_grid_, df_weights_ : EP3 grid and mixture weights (None otherwise).
+    mcmc_diagnostics_ : dict with R-hat and ESS (``method="mcmc"``).
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": [Kernel, None],
+        "df": [Interval(numbers.Real, 0.0, None, closed="neither")],
+        "scale": [Interval(numbers.Real, 0.0, None, closed="neither")],
+        "method": [StrOptions(set(_METHODS))],
+        "power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "optimize_df": ["boolean"],
+        "df_grid": [None, "array-like", "boolean"],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
+        "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
+        "normalize_y": ["boolean"],
+        "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        kernel=None,
+        *,
+        df=4.0,
+        scale=0.5,
+        method="ep",
+        power=0.5,
+        optimize_df=False,
+        df_grid=None,
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
+        normalize_y=True,
+        n_samples=2000,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.df = df
+        self.scale = scale
+        self.method = method
+        self.power = power
+        self.optimize_df = optimize_df
+        self.df_grid = df_grid
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.normalize_y = normalize_y
+        self.n_samples = n_samples
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # score() is the mean log predictive density, not R^2.
+        tags.regressor_tags.poor_score = True
+        return tags
+
+    def _more_tags(self):  # pragma: no cover - scikit-learn < 1.6
+        return {"poor_score": True}
+
+    # ------------------------------------------------------------- inference
+    def _infer(self, K, df, scale, warm=None, max_iter=1000):
+        """Approximate inference at fixed hyperparameters; returns a result with
+        ``log_marginal_likelihood``, ``mean``, ``var``, ``converged``, ``n_iter``, ``predict``."""
+        y = self._y
+        m = self.method
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            if m in ("ep", "fractional"):
+                from robustep.ep import expectation_propagation
+
+                power = 1.0 if m == "ep" else float(self.power)
+                res = expectation_propagation(
+                    K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter
+                )
+                res.log_marginal_likelihood = float(res.log_Z)
+                return res
+            if m == "laplace":
+                from robustep.baselines.laplace import laplace_approximation
+
+                return laplace_approximation(K, y, _student_t(df, scale), init=warm)
+            if m == "vb":
+                from robustep.baselines.variational import variational_bounds
+
+                return variational_bounds(K, y, _student_t(df, scale), init=warm)
+            if m == "fvb":
+                from robustep.baselines.variational import factorized_vb
+
+                return factorized_vb(K, y, _student_t(df, scale), init=warm)
+            return _GaussianGP(K, y, scale**2)
+
+    def _gradient(self, res, K_gradient, df, scale):
+        """(d/dlog theta_kernel (p,), d/dlog nu, d/dlog sigma) of the approximate evidence."""
+        m = self.method
+        lik = _student_t(df, scale)
+        if m in ("ep", "fractional"):
+            from robustep.ep import log_Z_gradient
+
+            gk, gl = log_Z_gradient(res, K_gradient, lik, self._y)
+            return gk, *_lik_grad(lik, gl)
+        if m == "laplace":
+            from robustep.baselines.laplace import laplace_log_marginal_likelihood_gradient
+
+            gk, gl = laplace_log_marginal_likelihood_gradient(res, K_gradient, lik, self._y)
+            return gk, *_lik_grad(lik, gl)
+        if m == "vb":
+            from robustep.baselines.variational import vb_log_marginal_likelihood_gradient
+
+            gk, gl = vb_log_marginal_likelihood_gradient(res, K_gradient, lik, self._y)
+            return gk, float(gl[0]), float(gl[1])
+        gk, gs = res.gradient(K_gradient)
+        return gk, 0.0, gs
+
+    @staticmethod
+    def _warm_of(res):
+        """The warm start for the next inference from a previous result (or None)."""
+        if res is None:
+            return None
+        if hasattr(res, "log_Z"):
+            return res
+        if hasattr(res, "mode"):
+            return res.mode
+        if hasattr(res, "gamma"):
+            return res.gamma
+        if hasattr(res, "b") and hasattr(res, "a"):
+            return res.b
+        return None
+
+    # ---------------------------------------------------------- optimisation
+    def _optimise(self, kernel, df, scale, optimize_df, rng):
+        """Type-II MAP of (log theta, log sigma[, log nu]); returns (kernel, df, scale)."""
+        X = self._X
+        p = kernel.theta.size
+        fit_df = optimize_df and self.method != "gaussian"
+        state = {"warm": None}
+
+        def unpack(x):
+            k = kernel.clone_with_theta(x[:p])
+            s = float(np.exp(x[p]))
+            d = float(np.exp(x[p + 1])) if fit_df else df
+            return k, d, s
+
+        def obj(x, eval_gradient=True):
+            k, d, s = unpack(x)
+            try:
+                K, Kg = k(X, eval_gradient=True)
+                res = self._infer(K, d, s, warm=self._warm_of(state["warm"]), max_iter=200)
+                val = float(res.log_marginal_likelihood)
+                if not np.isfinite(val):
+                    raise FloatingPointError
+                gk, gd, gs = self._gradient(res, Kg, d, s)
+                grad = np.concatenate([gk, [gs], [gd] if fit_df else []])
+                if not np.all(np.isfinite(grad)):
+                    raise FloatingPointError
+            except (linalg.LinAlgError, FloatingPointError, ValueError):
+                state["warm"] = None
+                return (_PENALTY, np.zeros_like(x)) if eval_gradient else _PENALTY
+            state["warm"] = res
+            return (-val, -grad) if eval_gradient else -val
+
+        bounds = np.vstack(
+            [
+                np.asarray(kernel.bounds, float).reshape(-1, 2),
+                np.log([_SCALE_BOUNDS]),
+                np.log([_DF_BOUNDS]) if fit_df else np.zeros((0, 2)),
+            ]
+        )
+        # L-BFGS-B takes a full gradient-length first step when every variable is boxed,
+        # which throws sigma to its bound on the first iteration (gradients of ~40 are
+        # common); leaving the upper bound of log sigma open makes its first step unit
+        # length.  Large sigma is harmless for every method.
+        opt_bounds = [tuple(b) for b in bounds]
+        opt_bounds[p] = (bounds[p, 0], None)
+        x0 = np.concatenate([kernel.theta, [np.log(scale)], [np.log(df)] if fit_df else []])
+        x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
+        starts = [x0]
+        for _ in range(self.n_restarts_optimizer):
+            x = x0.copy()
+            lo, hi = (
+                np.maximum(bounds[:p, 0], x0[:p] - 2.0),
+                np.minimum(bounds[:p, 1], x0[:p] + 2.0),
+            )
+            x[:p] = rng.uniform(lo, hi)
+            starts.append(x)
+        best = None
+        for x_start in starts:
+            state["warm"] = None
+            if callable(self.optimizer):
+                x_opt, f_opt = self.optimizer(obj, x_start, bounds)
+            else:
+                out = optimize.minimize(
+                    obj,
+                    x_start,
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=opt_bounds,
+                    options={"maxiter": 200},
+                )
+                x_opt, f_opt = out.x, out.fun
+            if best is None or f_opt < best[1]:
+                best = (np.asarray(x_opt, float), float(f_opt))
+        return unpack(best[0])
+
+    # ----------------------------------------------------------------- fit
+    def fit(self, X, y):
+        """Fit the hyperparameters and the posterior approximation; returns self.
+
+        X : (n, d) inputs; y : (n,) real targets.
+        """
+        self._validate_params()
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        X, y = _validate(self, X, y, reset=True)
+        y = np.asarray(y, dtype=float)
+        if (
+            self.method in ("mcmc", "gaussian", "fvb")
+            and self.df_grid is not None
+            and (self.df_grid is not False)
+        ):
+            raise ValueError(
+                f"df_grid (EP3) needs an approximate marginal likelihood; method={self.method!r} "
+                "does not support it — use method='ep', 'fractional', 'laplace' or 'vb'"
+            )
+        if self.normalize_y:
+            self._y_mean = float(np.mean(y))
+            std = float(np.std(y))
+            self._y_std = std if std > 0 and np.isfinite(std) else 1.0
+        else:
+            self._y_mean, self._y_std = 0.0, 1.0
+        self._X = X
+        self._y = (y - self._y_mean) / self._y_std
+        kernel = (
+            ConstantKernel(1.0, (1e-5, 1e5)) * RBF(1.0, (1e-5, 1e5))
+            if self.kernel is None
+            else clone(self.kernel)
+        )
+        rng = check_random_state(self.random_state)
+        self.df_grid_ = None
+        self.df_weights_ = None
+        self.mcmc_diagnostics_ = None
+        if self.method == "mcmc":
+            self._fit_mcmc(kernel, rng)
+        elif self.method == "fvb" and self.optimizer is not None:
+            self._fit_fvb(kernel)
+        elif self.df_grid is not None and self.df_grid is not False:
+            self._fit_df_grid(kernel, rng)
+        else:
+            df, scale = float(self.df), float(self.scale)
+            if self.optimizer is not None:
+                kernel, df, scale = self._optimise(kernel, df, scale, self.optimize_df, rng)
+            self._components = [self._final(kernel, df, scale)]
+            self._weights = np.ones(1)
+        self._set_attributes()
+        return self
+
+    def _final(self, kernel, df, scale, warm=None):
+        K = kernel(self._X)
+        res = self._infer(K, df, scale, warm=warm)
+        return {"kernel": kernel, "df": df, "scale": scale, "res": res}
+
+    def _fit_df_grid(self, kernel, rng):
+        grid = (
+            default_df_grid()
+            if self.df_grid is True
+            else np.asarray(self.df_grid, dtype=float).reshape(-1)
+        )
+        if grid.size == 0 or np.any(~np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("df_grid must be True or a non-empty array of positive df values")
+        comps = []
+        scale = float(self.scale)
+        for nu in grid:  # EP3: one optimisation per grid value, warm-started
+            if self.optimizer is not None:
+                kernel, _, scale = self._optimise(kernel, float(nu), scale, False, rng)
+            comps.append(self._final(kernel, float(nu), scale))
+        lml = np.array([c["res"].log_marginal_likelihood for c in comps], float)
+        lml = np.where(np.isfinite(lml), lml, -np.inf)
+        if not np.any(np.isfinite(lml)):
+            lml = np.zeros_like(lml)
+        w = np.exp(lml - np.max(lml))
+        self._components = comps
+        self._weights = w / w.sum()
+        self.df_grid_ = grid
+        self.df_weights_ = self._weights.copy()
+
+    def _fit_fvb(self, kernel):
+        from robustep.baselines.variational import fvb_em
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            k, lik, res, n_it, conv = fvb_em(
+                kernel,
+                self._X,
+                self._y,
+                _student_t(self.df, self.scale),
+                optimize_df=self.optimize_df,
+                bounds_df=_DF_BOUNDS,
+            )
+        res.converged = res.converged and conv
+        self._components = [
+            {"kernel": k, "df": float(lik.df), "scale": float(lik.scale), "res": res}
+        ]
+        self._weights = np.ones(1)
+
+    def _fit_mcmc(self, kernel, rng):
+        from robustep.baselines.mcmc import gibbs_student_t_gp
+
+        sample_h = self.optimizer is not None
+        res = gibbs_student_t_gp(
+            kernel,
+            self._X,
+            self._y,
+            df=float(self.df),
+            scale=float(self.scale),
+            n_samples=int(self.n_samples),
+            sample_hyperparameters=sample_h,
+            sample_df=bool(self.optimize_df) and sample_h,
+            random_state=rng,
+        )
+        theta = res.kernel_theta.mean(axis=0)
+        self._mcmc = res
+        self._components = [
+            {
+                "kernel": kernel.clone_with_theta(theta),
+                "df": float(np.mean(res.df)),
+                "scale": float(np.mean(res.scale)),
+                "res": res,
+            }
+        ]
+        self._weights = np.ones(1)
+        self.mcmc_diagnostics_ = {"rhat": dict(res.rhat), "ess": dict(res.ess)}
+
+    def _set_attributes(self):
+        best = self._components[int(np.argmax(self._weights))]
+        res = best["res"]
+        self.kernel_ = best["kernel"]
+        self.df_ = float(best["df"])
+        self.scale_ = float(best["scale"])
+        self.X_train_ = self._X
+        self.y_train_ = self._y * self._y_std + self._y_mean
+        if self.method == "mcmc":
+            self.converged_ = bool(all(np.isfinite(v) and v < 1.1 for v in res.rhat.values()))
+            self.n_iter_ = int(res.n_iter)
+            self.log_marginal_likelihood_value_ = None
+            self.site_precision_ = self.site_shift_ = None
+            self.negative_precision_ = np.zeros(self._y.size, dtype=bool)
+            self.cavity_mean_ = self.cavity_var_ = None
+            return
+        self.converged_ = bool(all(bool(c["res"].converged) for c in self._components))
+        self.n_iter_ = int(sum(int(c["res"].n_iter) for c in self._components))
+        lml = np.array([float(c["res"].log_marginal_likelihood) for c in self._components])
+        lml = lml[np.isfinite(lml)]
+        if lml.size == 0:
+            self.log_marginal_likelihood_value_ = -np.inf
+        else:  # log of the (grid-)averaged evidence
+            mx = lml.max()
+            self.log_marginal_likelihood_value_ = float(mx + np.log(np.mean(np.exp(lml - mx))))
+        if len(self._components) == 1:
+            self.log_marginal_likelihood_value_ = float(res.log_marginal_likelihood)
+        prec, shift = self._sites(res)
+        self.site_precision_, self.site_shift_ = prec, shift
+        self.negative_precision_ = prec < 0
+        # Cavity (leave-one-out) moments (§7): q(f_i) / t~_i(f_i).
+        q_prec = 1.0 / np.maximum(res.var, 1e-300)
+        cav_prec = q_prec - prec
+        ok = cav_prec > 0
+        cv = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), np.nan)
+        cm = np.where(ok, (res.mean * q_prec - shift) * np.where(ok, cv, 0.0), np.nan)
+        self.cavity_mean_ = cm * self._y_std + self._y_mean
+        self.cavity_var_ = cv * self._y_std**2
+        if not self.converged_:
+            warnings.warn(
+                f"StudentTGPRegressor(method={self.method!r}): the posterior approximation did "
+                "not converge; results may be inaccurate (try optimize_df=False, a larger "
+                "scale, or method='fractional')",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    def _sites(self, res):
+        if hasattr(res, "site_precision") and hasattr(res, "site_shift"):
+            return np.asarray(res.site_precision, float), np.asarray(res.site_shift, float)
+        if hasattr(res, "mode"):  # Laplace: log p ≈ -W f^2/2 + (W f^ + d1) f
+            return res.W.copy(), res.W * res.mode + res.grad_log_lik
+        noise = res.gamma if hasattr(res, "gamma") else res.noise
+        return 1.0 / noise, self._y / noise
+
+    # -------------------------------------------------------------- predict
+    def _component_moments(self, X):
+        """Per-component latent (means (J, m), vars (J, m)) in standardised units."""
+        means, vars_ = [], []
+        for c in self._components:
+            k = c["kernel"]
+            if self.method == "mcmc":
+                m, v = c["res"].predict(X, max_draws=200)
+            else:
+                m, v = c["res"].predict(k(X, self._X), k.diag(X))
+            means.append(np.asarray(m, float))
+            vars_.append(np.maximum(np.asarray(v, float), 1e-12))
+        return np.array(means), np.array(vars_)
+
+    def predict(self, X, return_std=False):
+        """Predictive mean (and std) of the latent f at X (m, d), in target units."""
+        check_is_fitted(self)
+        X = _validate(self, X, reset=False)
+        M, V = self._component_moments(X)
+        w = self._weights[:, None]
+        mean = np.sum(w * M, axis=0)
+        var = np.sum(w * (V + M**2), axis=0) - mean**2
+        mean = mean * self._y_std + self._y_mean
+        if not return_std:
+            return mean
+        return mean, np.sqrt(np.maximum(var, 1e-12)) * self._y_std
+
+    def predict_log_density(self, X, y):
+        """log int p(y_i | f) q(f | x_i) df per test point, shape (m,) (§6.1).
+
+        For MCMC the density is averaged over posterior draws; for EP3 over the grid.
+        """
+        check_is_fitted(self)
+        X = _validate(self, X, reset=False)
+        y = np.asarray(y, dtype=float).reshape(-1)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
+        ys = (y - self._y_mean) / self._y_std
+        if self.method == "mcmc":
+            lp = self._mcmc.log_predictive_density(X, ys, max_draws=200)[None, :]
+        else:
+            M, V = self._component_moments(X)
+            lp = []
+            for c, m, v in zip(self._components, M, V, strict=True):
+                if self.method == "gaussian":
+                    s2 = c["scale"] ** 2
+                    lp.append(-0.5 * (np.log(2 * np.pi * (v + s2)) + (ys - m) ** 2 / (v + s2)))
+                else:
+                    lp.append(st.log_predictive_density(ys, m, v, c["df"], c["scale"]))
+            lp = np.array(lp)
+        logw = np.log(np.maximum(self._weights, 1e-300))[:, None] if lp.shape[0] > 1 else 0.0
+        a = lp + logw
+        mx = np.max(a, axis=0)
+        return mx + np.log(np.sum(np.exp(a - mx), axis=0)) - np.log(self._y_std)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean log predictive density (MLPD) of y at X (higher is better)."""
+        lp = self.predict_log_density(X, y)
+        return float(np.average(lp, weights=sample_weight))

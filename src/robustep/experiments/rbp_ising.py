@@ -1,0 +1,337 @@
+"""Relaxed BP vs BP, damped BP and fractional BP on binary MRFs with suppressive couplings.
+
+Reproduces Qi & Guo (ICML), §6.2, Fig. 9: mean absolute error of single-node marginals
+against the exact (junction-tree) marginals, for weak and strong suppressive (negative)
+couplings, 50 random instances per condition.
+
+The paper's coupling distribution is garbled in the text ("J_ij ~ |N(5, 5)|"), so we use a
+documented family, fixed before looking at any result (issue 6):
+
+* graphs: an open 8 × 8 grid (n = 64; bipartite, so suppressive couplings are not frustrated)
+  and the complete graph K_10 (n = 10; frustrated);
+* fields θ_i ~ N(0, 0.1²); couplings J_ij = −|N(0, β²)| with β = 0.25 ("weak") and β = 2
+  ("strong");
+* BP, damped BP with step size 0.8 (``damping=0.2``, weight on the old message), fractional
+  BP with power 0.8 and RBP with c = 0.1, plus RBP for c ∈ {0.001, 0.01, 0.1, 1, 10};
+* the paper's RBP "picks an edge": sequential schedule for all methods, at most ``max_iter``
+  sweeps; a run that does not reach ``tol`` is counted as diverged and its last beliefs are
+  scored (the paper: "the divergence is reflected in the averaged absolute difference").
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.mrf import belief_propagation, complete_edges, exact_marginals, grid_edges, ising
+
+METHODS = {
+    "BP": dict(method="bp"),
+    "damped BP (step 0.8)": dict(method="damped", damping=0.2),
+    "fractional BP (power 0.8)": dict(method="fractional", power=0.8),
+    "RBP (c = 0.1)": dict(method="relaxed", relaxation=0.1),
+}
+
+
+def _graph(spec: str) -> np.ndarray:
+    kind, size = spec.split(":")
+    if kind == "grid":
+        r, c = (int(s) for s in size.split("x"))
+        return grid_edges(r, c)
+    if kind == "complete":
+        return complete_edges(int(size))
+    raise ValueError(f"unknown graph {spec!r}; use 'grid:RxC' or 'complete:N'")
+
+
+def _score(res, exact) -> dict:
+    err = np.abs(res.marginals[:, 1] - exact.marginals[:, 1])
+    out = {
+        "mae": float(err.mean()),
+        "max_err": float(err.max()),
+        "converged": bool(res.converged),
+        "n_iter": int(res.n_iter),
+    }
+    if res.relaxation is not None:
+        out["frac_b_nonzero"] = float(np.mean(res.relaxation > 0))
+        out["mean_b"] = float(np.mean(res.relaxation))
+    return out
+
+
+def run(config: dict, seed: int) -> dict:
+    """Raw results: for each graph, condition and instance, the scores of every method."""
+    t_start = time.perf_counter()
+    graphs = config["graphs"]
+    conditions = config["conditions"]  # name -> beta
+    n_inst = int(config["instances"])
+    c_sweep = list(config["c_sweep"])
+    common = dict(
+        schedule=config["schedule"], max_iter=int(config["max_iter"]), tol=float(config["tol"])
+    )
+    out = {"config": config, "seed": seed, "results": {}}
+    for gi, gspec in enumerate(graphs):
+        E = _graph(gspec)
+        n = int(E.max()) + 1
+        for ci, (cname, beta) in enumerate(conditions.items()):
+            rows = []
+            for k in range(n_inst):
+                rng = np.random.default_rng([seed, gi, ci, k])
+                theta = rng.normal(0.0, config["field_std"], n)
+                J = -np.abs(rng.normal(0.0, beta, len(E)))
+                mrf = ising(theta, E, J)
+                exact = exact_marginals(mrf)
+                row = {"methods": {}, "c_sweep": {}}
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    for mname, kw in METHODS.items():
+                        row["methods"][mname] = _score(
+                            belief_propagation(mrf, **kw, **common), exact
+                        )
+                    for c in c_sweep:
+                        if c == 0.1:
+                            row["c_sweep"][repr(c)] = row["methods"]["RBP (c = 0.1)"]
+                            continue
+                        res = belief_propagation(mrf, method="relaxed", relaxation=c, **common)
+                        row["c_sweep"][repr(c)] = _score(res, exact)
+                rows.append(row)
+                if config.get("progress", False):
+                    print(
+                        f"[rbp-ising] {gspec} {cname}: {k + 1}/{n_inst} "
+                        f"({time.perf_counter() - t_start:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            out["results"][f"{gspec}|{cname}"] = rows
+    out["seconds"] = time.perf_counter() - t_start
+    return out
+
+
+# ---------------------------------------------------------------------- report
+def _stats(rows, getter):
+    v = np.array([getter(r) for r in rows], dtype=float)
+    se = v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return float(v.mean()), float(se)
+
+
+def _summaries(results: dict) -> dict:
+    s = {}
+    for key, rows in results["results"].items():
+        d = {}
+        for mname in METHODS:
+            mae, se = _stats(rows, lambda r, m=mname: r["methods"][m]["mae"])
+            d[mname] = {
+                "mae": mae,
+                "se": se,
+                "max_err": _stats(rows, lambda r, m=mname: r["methods"][m]["max_err"])[0],
+                "diverged": int(sum(not r["methods"][mname]["converged"] for r in rows)),
+                "iters": _stats(rows, lambda r, m=mname: r["methods"][m]["n_iter"])[0],
+            }
+        rb = "RBP (c = 0.1)"
+        d[rb]["frac_b_nonzero"] = _stats(rows, lambda r, rb=rb: r["methods"][rb]["frac_b_nonzero"])[
+            0
+        ]
+        diff = np.array([r["methods"][rb]["mae"] - r["methods"]["BP"]["mae"] for r in rows])
+        d["paired"] = {
+            "mean_diff": float(diff.mean()),
+            "se_diff": float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0,
+            "rbp_better": int(np.sum(diff < -1e-6)),
+            "rbp_worse": int(np.sum(diff > 1e-6)),
+            "n": len(rows),
+        }
+        sweep = {}
+        for c in rows[0]["c_sweep"]:
+            sweep[c] = {
+                "mae": _stats(rows, lambda r, c=c: r["c_sweep"][c]["mae"])[0],
+                "se": _stats(rows, lambda r, c=c: r["c_sweep"][c]["mae"])[1],
+                "diverged": int(sum(not r["c_sweep"][c]["converged"] for r in rows)),
+                "frac_b_nonzero": _stats(rows, lambda r, c=c: r["c_sweep"][c]["frac_b_nonzero"])[0],
+            }
+        d["c_sweep"] = sweep
+        s[key] = d
+    return s
+
+
+def report(results: dict, out_dir: Path) -> ExperimentSummary:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    S = _summaries(results)
+    cfg = results["config"]
+    n_inst = cfg["instances"]
+
+    lines = [
+        "| graph | couplings | method | mean abs. error ± s.e. | mean max error | diverged "
+        "| mean sweeps | b_ij > 0 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, d in S.items():
+        g, c = key.split("|")
+        for mname in METHODS:
+            v = d[mname]
+            fb = f"{v['frac_b_nonzero']:.1%}" if "frac_b_nonzero" in v else ""
+            lines.append(
+                f"| {g} | {c} (β={cfg['conditions'][c]}) | {mname} | {v['mae']:.4f} ± {v['se']:.4f}"
+                f" | {v['max_err']:.4f} | {v['diverged']}/{n_inst} | {v['iters']:.0f} | {fb} |"
+            )
+    main_table = "\n".join(lines)
+
+    lines = [
+        "| graph | couplings | c | RBP mean abs. error ± s.e. | diverged | b_ij > 0 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, d in S.items():
+        g, c = key.split("|")
+        for cc, v in d["c_sweep"].items():
+            lines.append(
+                f"| {g} | {c} | {cc} | {v['mae']:.4f} ± {v['se']:.4f} | {v['diverged']}/{n_inst}"
+                f" | {v['frac_b_nonzero']:.1%} |"
+            )
+    sweep_table = "\n".join(lines)
+
+    lines = [
+        "| graph | couplings | mean (RBP − BP) error ± s.e. | RBP better / worse / n |",
+        "|---|---|---|---|",
+    ]
+    for key, d in S.items():
+        g, c = key.split("|")
+        p = d["paired"]
+        lines.append(
+            f"| {g} | {c} | {p['mean_diff']:+.4f} ± {p['se_diff']:.4f} | "
+            f"{p['rbp_better']} / {p['rbp_worse']} / {p['n']} |"
+        )
+    paired_table = "\n".join(lines)
+
+    # figure 1: errors per method and condition (Fig. 9 (a)-(b) analogue)
+    keys = list(S)
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        d = S[key]
+        names = list(METHODS)
+        ax.bar(
+            range(len(names)),
+            [d[m]["mae"] for m in names],
+            yerr=[d[m]["se"] for m in names],
+            color=["C0", "C1", "C2", "C3"],
+        )
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(["BP", "damped", "fract.", "RBP"], rotation=30)
+        ax.set_title(key.replace("|", "\n"), fontsize=9)
+        ax.set_ylabel("mean |p_i − q_i|")
+    fig.tight_layout()
+    fig.savefig(out_dir / "rbp_ising_errors.png", dpi=120)
+    plt.close(fig)
+
+    # figure 2: c sweep
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for key in keys:
+        sw = S[key]["c_sweep"]
+        cs = [float(c) for c in sw]
+        ax.errorbar(
+            cs,
+            [v["mae"] for v in sw.values()],
+            yerr=[v["se"] for v in sw.values()],
+            marker="o",
+            label=key.replace("|", ", "),
+        )
+        ax.axhline(S[key]["BP"]["mae"], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("penalty c (dotted: BP)")
+    ax.set_ylabel("mean |p_i − q_i|")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "rbp_ising_c_sweep.png", dpi=120)
+    plt.close(fig)
+
+    # verdict: weak -> RBP comparable to BP and b mostly 0; strong -> RBP clearly better than
+    # every other method (paired difference to BP below −2 s.e. and the lowest mean error)
+    weak_ok, strong_ok, parts = [], [], []
+    for key, d in S.items():
+        g, c = key.split("|")
+        p = d["paired"]
+        rb = d["RBP (c = 0.1)"]
+        if c == "weak":
+            ok = abs(p["mean_diff"]) < 0.01 and rb["frac_b_nonzero"] < 0.1
+            weak_ok.append(ok)
+        else:
+            best_other = min(d[m]["mae"] for m in METHODS if m != "RBP (c = 0.1)")
+            ok = p["mean_diff"] < -2 * p["se_diff"] and rb["mae"] < best_other
+            strong_ok.append(ok)
+        parts.append(
+            f"{g} {c}: BP {d['BP']['mae']:.3f}, damped {d['damped BP (step 0.8)']['mae']:.3f}, "
+            f"fractional {d['fractional BP (power 0.8)']['mae']:.3f}, RBP {rb['mae']:.3f} "
+            f"(b>0 on {rb['frac_b_nonzero']:.0%} of edges; BP diverged "
+            f"{d['BP']['diverged']}/{n_inst}, RBP {rb['diverged']}/{n_inst})"
+        )
+    if all(weak_ok) and all(strong_ok):
+        agrees = True
+    elif not any(strong_ok):
+        agrees = False
+    else:
+        agrees = None
+    measured = "Mean absolute error of single-node marginals: " + "; ".join(parts) + "."
+    if not any(strong_ok):
+        measured += " RBP is not clearly more accurate than BP on strong couplings here."
+    notes = (
+        "Coupling family chosen by us (paper's is garbled): θ_i ~ N(0, "
+        f"{cfg['field_std']}²), J_ij = −|N(0, β²)|, β = {cfg['conditions']}; graphs "
+        f"{cfg['graphs']}; {n_inst} instances per condition; schedule {cfg['schedule']}, "
+        f"max_iter {cfg['max_iter']}, tol {cfg['tol']}. Damped BP step 0.8 = damping 0.2 "
+        "(weight on the old log message). RBP per docs/derivations/rbp.md: relaxation factor "
+        "r = (m_{e→i} m_{e→j})^b, b ∈ [0, 1] chosen per edge update by minimising mutual "
+        "information of the relaxed tilted edge distribution + c·b (normalised KL_r: our "
+        "reading of the paper). Exact marginals by junction tree (min-fill). Non-converged "
+        "runs are scored at their last beliefs and counted as diverged."
+    )
+    return ExperimentSummary(
+        measured=measured,
+        agrees=agrees,
+        tables=[main_table, paired_table, sweep_table],
+        figures=["rbp_ising_errors.png", "rbp_ising_c_sweep.png"],
+        notes=notes,
+    )
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="rbp-ising",
+        paper="Qi & Guo (2012), Message passing with relaxed moment matching (ICML version)",
+        source="ICML §6.2, Fig. 9",
+        claim=(
+            "On binary MRFs with suppressive couplings, RBP is comparable to BP and damped BP "
+            "for weak couplings (almost all b_ij = 0) and clearly more accurate than BP, damped "
+            "BP and fractional BP for strong couplings."
+        ),
+        quick={
+            "graphs": ["grid:5x5", "complete:8"],
+            "conditions": {"weak": 0.25, "strong": 2.0},
+            "field_std": 0.1,
+            "instances": 5,
+            "c_sweep": [0.01, 0.1, 1.0],
+            "schedule": "sequential",
+            "max_iter": 60,
+            "tol": 1e-8,
+        },
+        full={
+            "graphs": ["grid:8x8", "complete:10"],
+            "conditions": {"weak": 0.25, "strong": 2.0},
+            "field_std": 0.1,
+            "instances": 50,
+            "c_sweep": [0.001, 0.01, 0.1, 1.0, 10.0],
+            "schedule": "sequential",
+            "max_iter": 200,
+            "tol": 1e-8,
+            "progress": True,
+        },
+        run=run,
+        report=report,
+    )
+)

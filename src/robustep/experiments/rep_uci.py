@@ -1,0 +1,251 @@
+"""rep-uci: test error of EP, PEP, DEP, REP (+ Laplace, scikit-learn GPC) on UCI data.
+
+Qi & Guo long version Figs. 5–6, ICML Figs. 6–7.  Data sets and split sizes:
+Heart (81/189), Pima (319/213 of the 532 complete cases of the UCI Pima file — the MASS
+Pima.tr/te rows: no zero glucose, blood pressure, skin fold or BMI, insulin dropped),
+Diabetes (the full 768-row UCI Pima file, 468/300 random splits; Rätsch's fixed
+partitions are not available), Haberman (183/123), and Spam (276/4325) with a fraction of
+training *and* test labels flipped.
+
+Per split: features standardised with training statistics; an isotropic
+``ConstantKernel * RBF`` fitted by scikit-learn's GaussianProcessClassifier (Laplace,
+logistic) on the training set is shared by all methods (hyperparameters are not
+re-learned per method); EP-family methods use the noisy-step likelihood with ε =
+``epsilon`` (+ the flip rate for Spam) and the parallel schedule; the power u and the
+penalty c are chosen on a validation split (25% of the training set); damping 0.5.
+Laplace = probit Laplace with the same kernel.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.experiments.base import Experiment, ExperimentSummary, register
+
+METHODS = ("EP", "PEP", "DEP", "REP", "Laplace", "sklearn GPC")
+
+
+def load(name, config):
+    """(X, y, n_train, n_test) for one of the data sets above (y ∈ {-1, +1})."""
+    from robustep import datasets
+
+    kw = {"data_home": config.get("data_home"), "download": bool(config.get("download", False))}
+    if name == "heart":
+        X, y = datasets.load_heart(**kw)
+        return X, y, 81, 189
+    if name == "pima":
+        X, y = datasets.load_pima(**kw)
+        ok = np.all(X[:, [1, 2, 3, 5]] > 0, axis=1)  # complete cases (MASS Pima.tr/te)
+        X = np.delete(X[ok], 4, axis=1)  # insulin is not part of MASS Pima
+        return X, y[ok], 319, 213
+    if name == "diabetes":
+        X, y = datasets.load_pima(**kw)
+        return X, y, 468, 300
+    if name == "haberman":
+        X, y = datasets.load_haberman(**kw)
+        return X, y, 183, 123
+    if name == "spam":
+        X, y = datasets.load_spambase(**kw)
+        X = np.log1p(X)  # heavy-tailed counts
+        return X, y, 276, 4325
+    raise ValueError(f"unknown data set {name!r}")
+
+
+def _ep_classifier(kernel, eps, method, config, **kw):
+    from robustep.estimators.gp_classifier import GPClassifier
+
+    return GPClassifier(
+        kernel, likelihood="step", label_noise=eps, method=method, optimizer=None,
+        schedule="parallel", max_iter=int(config["max_iter"]), tol=float(config["tol"]),
+        damping=float(config["damping"]), **kw,
+    )  # fmt: skip
+
+
+def _error(clf, X, y):
+    return float(np.mean(clf.predict(X) != y))
+
+
+def one_split(X, y, n_train, n_test, rng, config, flip=0.0):
+    """Test errors of all methods on one random split; returns a dict."""
+    from sklearn.gaussian_process import GaussianProcessClassifier
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from robustep.estimators.gp_classifier import GPClassifier
+
+    perm = rng.permutation(X.shape[0])
+    tr, te = perm[:n_train], perm[n_train : n_train + n_test]
+    Xtr, Xte, ytr, yte = X[tr], X[te], y[tr].copy(), y[te].copy()
+    if flip > 0:
+        for arr in (ytr, yte):
+            idx = rng.choice(arr.size, int(round(flip * arr.size)), replace=False)
+            arr[idx] *= -1
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd[sd == 0] = 1.0
+    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+    eps = min(0.45, float(config["epsilon"]) + flip)
+
+    out = {"errors": {}, "converged": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sk = GaussianProcessClassifier(
+            ConstantKernel(1.0, (1e-2, 1e3)) * RBF(np.sqrt(X.shape[1]), (1e-2, 1e3)),
+            random_state=0,
+        ).fit(Xtr, ytr)
+        kernel = sk.kernel_
+        out["errors"]["sklearn GPC"] = _error(sk, Xte, yte)
+        out["kernel"] = str(kernel)
+
+        # validation split for u and c
+        n_val = max(1, n_train // 4)
+        vp = rng.permutation(n_train)
+        vtr, vva = vp[n_val:], vp[:n_val]
+        best = {}
+        for name, key, values in (("PEP", "power", config["powers"]),
+                                  ("REP", "relaxation", config["relaxations"])):  # fmt: skip
+            method = "power" if name == "PEP" else "rep"
+            scores = []
+            for v in values:
+                clf = _ep_classifier(kernel, eps, method, config, **{key: float(v)})
+                clf.fit(Xtr[vtr], ytr[vtr])
+                scores.append(_error(clf, Xtr[vva], ytr[vva]))
+            best[name] = float(values[int(np.argmin(scores))])
+        out["chosen"] = best
+
+        specs = {
+            "EP": ("ep", {}),
+            "PEP": ("power", {"power": best["PEP"]}),
+            "DEP": ("damped", {}),
+            "REP": ("rep", {"relaxation": best["REP"]}),
+        }
+        for name, (method, kw) in specs.items():
+            clf = _ep_classifier(kernel, eps, method, config, **kw).fit(Xtr, ytr)
+            out["errors"][name] = _error(clf, Xte, yte)
+            out["converged"][name] = bool(clf.converged_)
+            if name == "REP":
+                out["n_relaxed"] = int(np.count_nonzero(clf.relaxation_b_ > 0))
+        lap = GPClassifier(kernel, method="laplace", optimizer=None).fit(Xtr, ytr)
+        out["errors"]["Laplace"] = _error(lap, Xte, yte)
+    return out
+
+
+def run(config: dict, seed: int) -> dict:
+    """All data sets × splits (× Spam flip rates); raises DataUnavailableError if a file is missing."""
+    rng = np.random.default_rng(seed)
+    results = {"config": config, "tasks": {}}
+    for name in config["datasets"]:
+        X, y, n_train, n_test = load(name, config)
+        flips = config["spam_flip_rates"] if name == "spam" else [0.0]
+        for flip in flips:
+            task = name if name != "spam" else f"spam (+{flip:.0%} flipped)"
+            n_splits = int(config["spam_splits"] if name == "spam" else config["splits"])
+            results["tasks"][task] = [
+                one_split(X, y, n_train, n_test, rng, config, flip=float(flip))
+                for _ in range(n_splits)
+            ]
+    return results
+
+
+def report(results: dict, out_dir: Path) -> ExperimentSummary:
+    """Mean ± s.e. of test error per task and method, and a bar chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = ["| data set | splits | " + " | ".join(METHODS) + " | REP c / PEP u chosen (mode) |",
+            "|---|---|" + "---|" * len(METHODS) + "---|"]  # fmt: skip
+    stats = {}
+    for task, splits in results["tasks"].items():
+        cells = []
+        for m in METHODS:
+            e = np.array([s["errors"][m] for s in splits])
+            se = e.std(ddof=1) / np.sqrt(e.size) if e.size > 1 else np.nan
+            stats[(task, m)] = (e.mean(), se)
+            cells.append(f"{e.mean():.3f} ± {se:.3f}")
+        cs = [s["chosen"]["REP"] for s in splits]
+        us = [s["chosen"]["PEP"] for s in splits]
+        mode_c = max(set(cs), key=cs.count)
+        mode_u = max(set(us), key=us.count)
+        rows.append(f"| {task} | {len(splits)} | " + " | ".join(cells) + f" | {mode_c:g} / "
+                    f"{mode_u:g} |")  # fmt: skip
+    table = "\n".join(rows)
+
+    tasks = list(results["tasks"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 4))
+    width = 0.8 / len(METHODS)
+    for j, m in enumerate(METHODS):
+        means = [stats[(t, m)][0] for t in tasks]
+        ses = [np.nan_to_num(stats[(t, m)][1]) for t in tasks]
+        ax.bar(np.arange(len(tasks)) + j * width, means, width, yerr=ses, label=m)
+    ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
+    ax.set_xticklabels(tasks, rotation=20, fontsize=8)
+    ax.set_ylabel("test error")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(out_dir / "rep_uci_errors.png", dpi=110)
+    plt.close(fig)
+
+    wins, sig_wins, losses = 0, 0, 0
+    for t in tasks:
+        rep_m, rep_se = stats[(t, "REP")]
+        others = [stats[(t, m)] for m in ("EP", "PEP", "DEP")]
+        best_other = min(o[0] for o in others)
+        if rep_m < best_other:
+            wins += 1
+            # "significant": REP below every EP-family competitor by > 2 standard errors
+            if all(rep_m + 2 * np.nan_to_num(rep_se) < o[0] for o in others):
+                sig_wins += 1
+        elif rep_m > best_other:
+            losses += 1
+    measured = (
+        f"REP has the lowest mean test error among EP/PEP/DEP/REP on {wins}/{len(tasks)} tasks "
+        f"(by > 2 s.e. on {sig_wins}), is beaten on {losses}. "
+        + "; ".join(
+            f"{t}: EP {stats[(t, 'EP')][0]:.3f}, REP {stats[(t, 'REP')][0]:.3f}" for t in tasks
+        )
+    )
+    agrees = True if sig_wins == len(tasks) else (False if wins == 0 else None)
+    notes = (
+        "Kernel hyperparameters come from scikit-learn's GPC (Laplace, logistic) per split and are "
+        "shared; EP-family runs use the noisy-step likelihood with fixed ε and the parallel "
+        "schedule (faster than the paper's sequential one); 'Pima' = the 532 complete cases of "
+        "the UCI file (MASS Pima.tr/te rows) with random 319/213 splits; 'Diabetes' uses random "
+        "468/300 splits instead of Rätsch's 100 fixed partitions; Spam features are log1p "
+        "transformed."
+    )
+    return ExperimentSummary(measured=measured, agrees=agrees, tables=[table],
+                             figures=["rep_uci_errors.png"], notes=notes)  # fmt: skip
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="rep-uci",
+        paper="Qi & Guo, Message passing with relaxed moment matching (long version / ICML)",
+        source="long version Figs. 5–6; ICML Figs. 6–7",
+        claim=(
+            "On Heart, Pima, Diabetes and Haberman (no added noise) and on Spam with extra "
+            "flipped labels REP has significantly lower test error than EP, PEP and DEP."
+        ),
+        quick={
+            "datasets": ["heart", "pima", "diabetes", "haberman", "spam"], "splits": 2,
+            "spam_splits": 2, "spam_flip_rates": [0.1], "epsilon": 0.1, "powers": [0.5, 0.8],
+            "relaxations": [1.0, 10.0], "damping": 0.5, "max_iter": 100, "tol": 1e-3,
+            "data_home": None, "download": False,
+        },
+        full={
+            "datasets": ["heart", "pima", "diabetes", "haberman", "spam"], "splits": 100,
+            "spam_splits": 100, "spam_flip_rates": [0.0, 0.05, 0.1, 0.15, 0.2],
+            "epsilon": 0.1, "powers": [0.3, 0.5, 0.7, 0.8, 0.9],
+            "relaxations": [0.1, 1.0, 10.0, 100.0], "damping": 0.5, "max_iter": 300,
+            "tol": 1e-4, "data_home": None, "download": False,
+        },
+        run=run,
+        report=report,
+    )
+)

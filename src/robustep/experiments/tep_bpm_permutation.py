@@ -1,0 +1,179 @@
+"""tep-bpm-permutation: ADF depends on the data order, EP does not (Futami et al. 2017, Fig. 1).
+
+Data (§5.1): x from the mixture 0.05 N([1,1], 0.05 I) + 0.25 N([-1,1], 0.05 I)
++ 0.45 N([-1,-1], 0.05 I) + 0.25 N([1,-1], 0.05 I).  The extracted paper text garbles
+which components carry which label; we read it as y = +1 for the components at
+[1, 1] and [1, -1] and y = -1 for [-1, 1] and [-1, -1] (the only reading under which a
+linear Bayes point machine makes sense; the other pairing is an XOR problem).
+
+Model: Bayes point machine without intercept (w in R^2, as in Minka 2001), prior
+St(0, I, df = 10), noisy step likelihood with eps = ``label_noise`` (the paper does not
+state eps; we use 0).  ADF (t-divergence projection, one pass) and EP (t-factorisation)
+are run on ``n_permutations`` random orders of the same data.  Order dependence is
+measured by the spread of the boundary angle atan2(w2, w1) of the posterior mean and
+of the test error on a fresh sample.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.tep.ep import linear_posterior, linear_tep
+
+MEANS = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
+WEIGHTS = np.array([0.05, 0.25, 0.45, 0.25])
+LABELS = np.array([1.0, -1.0, -1.0, 1.0])
+
+
+def make_mixture(n, rng):
+    """n points (n, 2) and labels (n,) from the §5.1 mixture (reading documented above)."""
+    comp = rng.choice(4, size=n, p=WEIGHTS)
+    X = MEANS[comp] + np.sqrt(0.05) * rng.normal(size=(n, 2))
+    return X, LABELS[comp]
+
+
+def run(config: dict, seed: int) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(seed)
+    X, y = make_mixture(config["n"], rng)
+    Xt, yt = make_mixture(config["n_test"], rng)
+    out = {"X": X.tolist(), "y": y.tolist(), "runs": []}
+    with threadpool_limits(limits=1):
+        for p in range(config["n_permutations"]):
+            order = rng.permutation(len(y))
+            for method in ("adf", "ep"):
+                st, info = linear_tep(
+                    X[order],
+                    y[order],
+                    df=config["df"],
+                    eps=config["label_noise"],
+                    method=method,
+                    max_iter=config["max_iter"],
+                    tol=config["tol"],
+                )
+                mu = linear_posterior(st)[0]
+                err = float(np.mean(np.sign(Xt @ mu) != yt))
+                out["runs"].append(
+                    {
+                        "perm": p,
+                        "method": method,
+                        "w": mu.tolist(),
+                        "angle_deg": float(np.degrees(np.arctan2(mu[1], mu[0]))),
+                        "test_error": err,
+                        "converged": bool(info.converged),
+                        "n_iter": int(info.n_iter),
+                    }
+                )
+    out["config"] = dict(config)
+    return out
+
+
+def _stats(results, method):
+    runs = [r for r in results["runs"] if r["method"] == method]
+    ang = np.array([r["angle_deg"] for r in runs])
+    err = np.array([r["test_error"] for r in runs])
+    conv = np.mean([r["converged"] for r in runs])
+    return runs, ang, err, conv
+
+
+def report(results: dict, out_dir: Path) -> ExperimentSummary:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = []
+    stats = {}
+    for method in ("adf", "ep"):
+        runs, ang, err, conv = _stats(results, method)
+        stats[method] = (ang, err, conv)
+        rows.append(
+            f"| {method.upper()} | {len(runs)} | {ang.mean():.3f} | {ang.std():.4f} | "
+            f"{np.ptp(ang):.4f} | {100 * err.mean():.2f} | {100 * np.ptp(err):.2f} | {conv:.2f} |"
+        )
+    table = "\n".join(
+        [
+            "| method | orders | mean angle (deg) | sd angle | range angle | mean test error (%) "
+            "| range test error (%) | fraction converged |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    X = np.array(results["X"])
+    y = np.array(results["y"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True, sharey=True)
+    adf_runs = [r for r in results["runs"] if r["method"] == "adf"]
+    ep_runs = [r for r in results["runs"] if r["method"] == "ep"]
+    a = np.array([r["angle_deg"] for r in adf_runs])
+    pick = [int(np.argmin(a)), int(np.argmax(a))]
+    line = np.linspace(-2, 2, 2)
+    for ax, runs, title in [
+        (axes[0], [adf_runs[pick[0]]], "ADF, order A"),
+        (axes[1], [adf_runs[pick[1]]], "ADF, order B (most different)"),
+        (axes[2], ep_runs, f"EP, all {len(ep_runs)} orders"),
+    ]:
+        ax.scatter(*X[y > 0].T, s=4, c="tab:blue")
+        ax.scatter(*X[y < 0].T, s=4, c="tab:red")
+        for r in runs:
+            w = np.array(r["w"])
+            d = np.array([-w[1], w[0]]) / np.linalg.norm(w)
+            ax.plot(line * d[0], line * d[1], "k-", lw=1)
+        ax.set_title(title)
+        ax.set_xlim(-2, 2)
+        ax.set_ylim(-2, 2)
+    fig.tight_layout()
+    fig.savefig(out_dir / "tep_bpm_permutation.png", dpi=110)
+    plt.close(fig)
+    sd_adf, sd_ep = stats["adf"][0].std(), stats["ep"][0].std()
+    agrees = bool(sd_ep < sd_adf) if stats["ep"][2] == 1.0 else None
+    measured = (
+        f"Boundary angle sd over orders: ADF {sd_adf:.4f} deg "
+        f"(range {np.ptp(stats['adf'][0]):.4f}), "
+        f"EP {sd_ep:.2e} deg (range {np.ptp(stats['ep'][0]):.2e}); EP converged in "
+        f"{100 * stats['ep'][2]:.0f}% of orders; "
+        f"test error ADF {100 * stats['adf'][1].mean():.2f}%, "
+        f"EP {100 * stats['ep'][1].mean():.2f}%."
+    )
+    notes = (
+        "The paper shows the figure only (no numbers); we add the spread of the boundary "
+        "angle and test error. Label assignment of the mixture components is our reading of "
+        "garbled text (see module docstring); eps of eq. 43 not stated (we use "
+        f"{results['config']['label_noise']}); BPM without intercept; EP sites are rank-one "
+        "(statistics <w,x_i>, <w,x_i>^2), ADF is the same projection applied once in order."
+    )
+    return ExperimentSummary(measured, agrees, [table], ["tep_bpm_permutation.png"], notes)
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="tep-bpm-permutation",
+        paper="Futami, Sato & Sugiyama (2017), NIPS",
+        source="§5.1, Fig. 1",
+        claim="EP for the t-exponential family gives a BPM boundary that does not depend on the "
+        "order of the data, whereas ADF's boundary does.",
+        quick={
+            "n": 300,
+            "n_test": 2000,
+            "df": 10.0,
+            "label_noise": 0.0,
+            "n_permutations": 5,
+            "max_iter": 100,
+            "tol": 1e-6,
+        },
+        full={
+            "n": 1000,
+            "n_test": 10000,
+            "df": 10.0,
+            "label_noise": 0.0,
+            "n_permutations": 20,
+            "max_iter": 300,
+            "tol": 1e-6,
+        },
+        run=run,
+        report=report,
+    )
+)

@@ -1,0 +1,254 @@
+"""tep-uci: GPC vs Student-t process classification on UCI data with flipped labels (Tables 1-2).
+
+Futami et al. (2017) §5.3.  Their Appendix F (split sizes, number of repetitions, eps)
+is unavailable; our assumptions, fixed before any run: features standardised with the
+training statistics, ``train_fraction`` of each data set for training, ``n_splits`` random
+splits, a fraction ``flip`` of the *training* labels flipped at random, kernel eq. (44)
+(ARD in ``full``; an isotropic RBF in ``quick`` to keep it under a minute),
+hyperparameters by maximising the approximate log evidence, eps = ``label_noise``.
+GPC = :class:`~robustep.estimators.StudentTProcessClassifier` with df = inf (Gaussian
+EP, same kernel and step likelihood); STC uses df = 10.
+
+Reported: test error (%) and the approximate log evidence, mean (sd) over splits, with the
+paper's numbers beside ours.  The data loaders raise DataUnavailableError when the files
+are missing; that propagates (the report lists the experiment as "lacked data").
+The data set name "synthetic" (two Gaussian classes) exists for tests only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from robustep.experiments.base import Experiment, ExperimentSummary, register
+
+# Futami et al. (2017) Table 1 (error %) and Table 2 (log evidence): (GPC, STC) mean (sd)
+PAPER_ERROR = {
+    ("pima", 0.0): ((34.0, 3.0), (32.3, 2.6)),
+    ("pima", 0.05): ((34.9, 3.1), (32.9, 3.1)),
+    ("pima", 0.1): ((36.2, 3.3), (34.4, 3.5)),
+    ("ionosphere", 0.0): ((9.6, 1.7), (7.5, 2.0)),
+    ("ionosphere", 0.05): ((9.9, 2.8), (9.6, 3.2)),
+    ("ionosphere", 0.1): ((13.0, 5.2), (11.9, 5.4)),
+    ("thyroid", 0.0): ((4.3, 1.3), (4.4, 1.3)),
+    ("thyroid", 0.05): ((4.8, 1.8), (5.5, 2.3)),
+    ("thyroid", 0.1): ((5.4, 1.4), (7.2, 3.4)),
+    ("sonar", 0.0): ((15.4, 3.6), (15.0, 3.2)),
+    ("sonar", 0.05): ((18.3, 4.4), (17.5, 3.3)),
+    ("sonar", 0.1): ((19.4, 3.8), (19.4, 3.1)),
+}
+PAPER_EVIDENCE = {
+    ("pima", 0.0): ((-74.1, 2.4), (-37.1, 6.1)),
+    ("pima", 0.05): ((-77.8, 2.9), (-37.2, 6.5)),
+    ("pima", 0.1): ((-78.6, 1.8), (-36.8, 6.5)),
+    ("ionosphere", 0.0): ((-59.5, 5.2), (-36.9, 7.4)),
+    ("ionosphere", 0.05): ((-75.0, 3.6), (-35.8, 7.0)),
+    ("ionosphere", 0.1): ((-90.3, 5.2), (-37.4, 7.2)),
+    ("thyroid", 0.0): ((-32.5, 1.6), (-41.2, 4.3)),
+    ("thyroid", 0.05): ((-39.1, 2.3), (-45.8, 5.5)),
+    ("thyroid", 0.1): ((-46.9, 1.8), (-45.8, 4.5)),
+    ("sonar", 0.0): ((-55.8, 1.2), (-41.6, 1.2)),
+    ("sonar", 0.05): ((-59.4, 2.5), (-41.3, 1.6)),
+    ("sonar", 0.1): ((-65.8, 1.1), (-67.8, 2.1)),
+}
+
+
+def _load(name, seed):
+    if name == "synthetic":
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(120, 3))
+        y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.5 * rng.normal(size=120) > 0, 1, -1)
+        return X, y
+    import robustep.datasets as ds
+
+    return getattr(ds, f"load_{name}")()
+
+
+def _kernel(n_features, ard):
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+    ls = np.ones(n_features) if ard else 1.0
+    return ConstantKernel(1.0) * RBF(length_scale=ls) + ConstantKernel(1.0) + WhiteKernel(1e-2)
+
+
+def run(config: dict, seed: int) -> dict:
+    from sklearn.exceptions import ConvergenceWarning
+    from threadpoolctl import threadpool_limits
+
+    from robustep.estimators.student_t_process import StudentTProcessClassifier
+
+    rng = np.random.default_rng(seed)
+    out = {"config": dict(config), "results": []}
+    data = {name: _load(name, seed) for name in config["datasets"]}  # fail early if missing
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for name, (X, y) in data.items():
+            X = np.asarray(X, dtype=float)
+            y = np.asarray(y)
+            if config.get("max_n") and len(y) > config["max_n"]:
+                keep = rng.choice(len(y), config["max_n"], replace=False)
+                X, y = X[keep], y[keep]
+            for split in range(config["n_splits"]):
+                perm = rng.permutation(len(y))
+                n_tr = int(round(config["train_fraction"] * len(y)))
+                tr, te = perm[:n_tr], perm[n_tr:]
+                mu, sd = X[tr].mean(0), X[tr].std(0) + 1e-12
+                Xtr, Xte = (X[tr] - mu) / sd, (X[te] - mu) / sd
+                for flip in config["flips"]:
+                    ytr = y[tr].copy()
+                    idx = rng.choice(n_tr, int(round(flip * n_tr)), replace=False)
+                    classes = np.unique(y)
+                    ytr[idx] = np.where(ytr[idx] == classes[0], classes[1], classes[0])
+                    for model, df in (("GPC", np.inf), ("STC", config["df"])):
+                        clf = StudentTProcessClassifier(
+                            _kernel(X.shape[1], config["ard"]),
+                            df=df,
+                            label_noise=config["label_noise"],
+                            max_iter=config["max_iter"],
+                            optimizer=config.get("optimizer", "fmin_l_bfgs_b"),
+                        ).fit(Xtr, ytr)
+                        out["results"].append(
+                            {
+                                "dataset": name,
+                                "split": split,
+                                "flip": flip,
+                                "model": model,
+                                "error": float(np.mean(clf.predict(Xte) != y[te])),
+                                "log_evidence": float(clf.log_marginal_likelihood_value_),
+                                "converged": bool(clf.converged_),
+                                "n_train": int(n_tr),
+                            }
+                        )
+    return out
+
+
+def _fmt(v):
+    return f"{v[0]:.1f} ({v[1]:.1f})"
+
+
+def report(results: dict, out_dir: Path) -> ExperimentSummary:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = results["results"]
+    cfg = results["config"]
+    keys = sorted({(r["dataset"], r["flip"]) for r in res}, key=lambda k: (k[0], k[1]))
+    rows_err, rows_ev = [], []
+    wins = []
+    summary = {}
+    for ds, flip in keys:
+        cell = {}
+        for model in ("GPC", "STC"):
+            sel = [
+                r for r in res if r["dataset"] == ds and r["flip"] == flip and r["model"] == model
+            ]
+            e = 100 * np.array([r["error"] for r in sel])
+            ev = np.array([r["log_evidence"] for r in sel])
+            conv = np.mean([r["converged"] for r in sel])
+            cell[model] = (e.mean(), e.std()), (ev.mean(), ev.std()), conv
+        summary[(ds, flip)] = cell
+        wins.append(cell["STC"][0][0] <= cell["GPC"][0][0])
+        pe = PAPER_ERROR.get((ds, flip))
+        pv = PAPER_EVIDENCE.get((ds, flip))
+        rows_err.append(
+            f"| {ds} | {100 * flip:.0f}% | {_fmt(cell['GPC'][0])} | {_fmt(cell['STC'][0])} | "
+            f"{_fmt(pe[0]) if pe else '-'} | {_fmt(pe[1]) if pe else '-'} | "
+            f"{cell['GPC'][2]:.2f} / {cell['STC'][2]:.2f} |"
+        )
+        rows_ev.append(
+            f"| {ds} | {100 * flip:.0f}% | {_fmt(cell['GPC'][1])} | {_fmt(cell['STC'][1])} | "
+            f"{_fmt(pv[0]) if pv else '-'} | {_fmt(pv[1]) if pv else '-'} |"
+        )
+    t1 = "\n".join(
+        [
+            "| data set | flipped | GPC error % (ours) | STC error % (ours) | GPC (paper) "
+            "| STC (paper) "
+            "| fraction converged GPC / STC |",
+            "|---|---|---|---|---|---|---|",
+            *rows_err,
+        ]
+    )
+    t2 = "\n".join(
+        [
+            "| data set | flipped | GPC log evidence (ours) | STC log evidence (ours) "
+            "| GPC (paper) "
+            "| STC (paper) |",
+            "|---|---|---|---|---|---|",
+            *rows_ev,
+        ]
+    )
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"{d}\n{100 * f:.0f}%" for d, f in keys]
+    xs = np.arange(len(keys))
+    for off, model in ((-0.15, "GPC"), (0.15, "STC")):
+        m = [summary[k][model][0][0] for k in keys]
+        s = [summary[k][model][0][1] for k in keys]
+        ax.errorbar(xs + off, m, yerr=s, fmt="o", label=f"{model} (ours)")
+        p = [
+            PAPER_ERROR[k][0 if model == "GPC" else 1][0] if k in PAPER_ERROR else np.nan
+            for k in keys
+        ]
+        ax.plot(xs + off, p, "x", label=f"{model} (paper)")
+    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_ylabel("test error (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "tep_uci.png", dpi=110)
+    plt.close(fig)
+    n_win = int(np.sum(wins))
+    agrees = bool(n_win == len(wins)) if len(wins) else None
+    if 0 < n_win < len(wins):
+        agrees = None
+    measured = (
+        f"STC error <= GPC error in {n_win} of {len(wins)} (data set, flip) cells "
+        f"({cfg['n_splits']} splits, train fraction {cfg['train_fraction']}, "
+        f"{'ARD' if cfg['ard'] else 'isotropic'} kernel)."
+    )
+    notes = (
+        "Appendix F of the paper (split protocol, eps) is unavailable: our protocol is in the "
+        "module docstring. The paper's evidence values are on its own scale (unknown training "
+        "size), so only the GPC-vs-STC ordering is comparable. quick uses an isotropic kernel "
+        "and subsampled data."
+    )
+    return ExperimentSummary(measured, agrees, [t1, t2], ["tep_uci.png"], notes)
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="tep-uci",
+        paper="Futami, Sato & Sugiyama (2017), NIPS",
+        source="§5.3, Tables 1-2",
+        claim="Student-t process classification has test error no larger than GPC on Pima, "
+        "Ionosphere, Thyroid and Sonar with 0/5/10% flipped training labels.",
+        quick={
+            "datasets": ["pima", "ionosphere", "thyroid", "sonar"],
+            "flips": [0.0, 0.1],
+            "n_splits": 1,
+            "train_fraction": 0.5,
+            "max_n": 100,
+            "ard": False,
+            "df": 10.0,
+            "label_noise": 0.0,
+            "max_iter": 300,
+            "optimizer": "fmin_l_bfgs_b",
+        },
+        full={
+            "datasets": ["pima", "ionosphere", "thyroid", "sonar"],
+            "flips": [0.0, 0.05, 0.1],
+            "n_splits": 10,
+            "train_fraction": 0.8,
+            "max_n": None,
+            "ard": True,
+            "df": 10.0,
+            "label_noise": 0.0,
+            "max_iter": 1000,
+            "optimizer": "fmin_l_bfgs_b",
+        },
+        run=run,
+        report=report,
+    )
+)

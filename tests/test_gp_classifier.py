@@ -1,0 +1,197 @@
+"""GPClassifier: scikit-learn contract, the five methods, evidence gradients, predictions."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import special
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from robustep.estimators.gp_classifier import GPClassifier
+
+
+def _data(n=40, seed=0, flip=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    y = np.where(X[:, 0] + 0.5 * np.sin(2 * X[:, 1]) > 0, 1, 0)
+    y[:flip] = 1 - y[:flip]
+    return X, y
+
+
+KERNEL = ConstantKernel(2.0) * RBF(1.0)
+
+
+@parametrize_with_checks(
+    [
+        GPClassifier(),
+        GPClassifier(method="rep", likelihood="step", label_noise=0.1, optimizer=None,
+                     max_iter=50),  # fmt: skip
+    ]
+)
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+def test_labels_are_mapped_and_returned():
+    X, y = _data()
+    labels = np.array(["no", "yes"])[y]
+    clf = GPClassifier(KERNEL, optimizer=None).fit(X, labels)
+    np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
+    pred = clf.predict(X)
+    assert set(pred) <= {"no", "yes"}
+    assert np.mean(pred == labels) > 0.85
+    # classes_[1] is the +1 class: its probability is the second column
+    p = clf.predict_proba(X)
+    np.testing.assert_array_equal(pred, clf.classes_[(p[:, 1] > 0.5).astype(int)])
+
+
+def test_more_than_two_classes_is_an_error_that_says_what_to_do():
+    X, _ = _data()
+    y = np.arange(X.shape[0]) % 3
+    with pytest.raises(ValueError, match="binary.*two labels"):
+        GPClassifier(optimizer=None).fit(X, y)
+
+
+def test_probit_label_noise_is_rejected():
+    X, y = _data()
+    with pytest.raises(ValueError, match="label_noise"):
+        GPClassifier(label_noise=0.1, optimizer=None).fit(X, y)
+
+
+def test_optimizer_none_keeps_kernel_and_kernel_is_not_modified():
+    X, y = _data()
+    kernel = ConstantKernel(2.0) * RBF(0.7)
+    theta = kernel.theta.copy()
+    clf = GPClassifier(kernel, optimizer=None).fit(X, y)
+    np.testing.assert_array_equal(clf.kernel_.theta, theta)
+    np.testing.assert_array_equal(kernel.theta, theta)
+    assert clf.kernel_ is not kernel
+    clf2 = GPClassifier(kernel).fit(X, y)
+    np.testing.assert_array_equal(kernel.theta, theta)
+    assert clf2.log_marginal_likelihood_value_ >= clf.log_marginal_likelihood_value_ - 1e-6
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"method": "ep"},
+        pytest.param({"method": "ep", "likelihood": "step", "label_noise": 0.1},
+                     marks=pytest.mark.slow),
+        {"method": "power"},
+        {"method": "laplace"},
+    ],
+    ids=["ep-probit", "ep-step", "power-probit", "laplace"],
+)
+def test_evidence_gradient_matches_finite_differences(params):
+    X, y = _data(n=30, flip=2)
+    clf = GPClassifier(KERNEL, optimizer=None, tol=1e-10, max_iter=3000, **params).fit(X, y)
+    theta = clf.kernel_.theta
+    value, grad = clf.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(clf.log_marginal_likelihood_value_, abs=1e-6)
+    h = 1e-5
+    for j in range(theta.size):
+        e = np.zeros_like(theta)
+        e[j] = h
+        fd = (clf.log_marginal_likelihood(theta + e) - clf.log_marginal_likelihood(theta - e)) / (
+            2 * h
+        )
+        assert grad[j] == pytest.approx(fd, rel=1e-3, abs=1e-4)
+
+
+def test_rep_evidence_gradient_exact_when_rep_is_ep_and_finite_otherwise():
+    """REP's gradient is the explicit gradient of EP's formula at REP's sites.
+
+    It is exact when REP is EP (huge penalty) and only an approximation otherwise
+    (docs/derivations/rep.md); here we check exactness at c = 1e12 and finiteness at c = 0.05.
+    """
+    X, y = _data(n=20, flip=2)
+    clf = GPClassifier(KERNEL, method="rep", relaxation=1e12, optimizer=None, tol=1e-10,
+                       max_iter=3000).fit(X, y)  # fmt: skip
+    theta = clf.kernel_.theta
+    _, grad = clf.log_marginal_likelihood(theta, eval_gradient=True)
+    h = 1e-5
+    fd = np.array(
+        [
+            (clf.log_marginal_likelihood(theta + h * e) - clf.log_marginal_likelihood(
+                theta - h * e)) / (2 * h)
+            for e in np.eye(theta.size)
+        ]
+    )  # fmt: skip
+    np.testing.assert_allclose(grad, fd, rtol=1e-3, atol=1e-4)
+    small = GPClassifier(KERNEL, method="rep", relaxation=0.05, optimizer=None).fit(X, y)
+    value, grad = small.log_marginal_likelihood(theta, eval_gradient=True)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("likelihood,eps", [("probit", 0.0), ("step", 0.15)])
+def test_predict_proba_formula(likelihood, eps):
+    X, y = _data(flip=2)
+    clf = GPClassifier(KERNEL, likelihood=likelihood, label_noise=eps, optimizer=None).fit(X, y)
+    Xt = np.random.default_rng(5).uniform(-3, 3, (25, 2))
+    mu, sd = clf.predict_latent(Xt, return_std=True)
+    assert mu.shape == sd.shape == (25,) and np.all(sd > 0)
+    np.testing.assert_array_equal(clf.predict_latent(Xt), mu)
+    if likelihood == "probit":
+        p1 = special.ndtr(mu / np.sqrt(1 + sd**2))
+    else:
+        p1 = eps + (1 - 2 * eps) * special.ndtr(mu / sd)
+    proba = clf.predict_proba(Xt)
+    np.testing.assert_allclose(proba[:, 1], p1, rtol=1e-12)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert np.all(np.sign(clf.decision_function(Xt)) == np.sign(mu))
+
+
+def test_nonconvergence_warns_and_keeps_finite_state():
+    X, y = _data(n=40, flip=6)
+    clf = GPClassifier(KERNEL, likelihood="step", label_noise=0.05, max_iter=1, optimizer=None)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        clf.fit(X, y)
+    assert clf.converged_ is False
+    assert clf.n_iter_ == 1
+    p = clf.predict_proba(X)
+    assert np.all(np.isfinite(p))
+    assert np.all(np.isfinite(clf.site_precision_)) and np.all(np.isfinite(clf.site_shift_))
+
+
+@pytest.mark.parametrize("method", ["ep", "damped", "power", "rep", "laplace"])
+def test_every_method_classifies_an_easy_problem(method):
+    X, y = _data(n=50, flip=3)
+    lik = {"likelihood": "probit"} if method == "laplace" else {
+        "likelihood": "step", "label_noise": 0.1}  # fmt: skip
+    clf = GPClassifier(KERNEL, method=method, optimizer=None, **lik).fit(X, y)
+    Xt, yt = _data(n=200, seed=9)
+    assert np.mean(clf.predict(Xt) == yt) > 0.85
+    assert clf.site_precision_.shape == clf.site_shift_.shape == (50,)
+    assert isinstance(clf.n_iter_, int) and np.isfinite(clf.log_marginal_likelihood_value_)
+    assert hasattr(clf, "relaxation_b_") == (method == "rep")
+
+
+def test_rep_relaxation_attribute_and_large_penalty_equals_ep():
+    X, y = _data(n=40, flip=4)
+    common = dict(likelihood="step", label_noise=0.1, optimizer=None, tol=1e-8, max_iter=100)
+    rep = GPClassifier(KERNEL, method="rep", relaxation=1e12, **common).fit(X, y)
+    ep = GPClassifier(KERNEL, method="ep", **common).fit(X, y)
+    np.testing.assert_array_equal(rep.relaxation_b_, 0.0)
+    np.testing.assert_allclose(rep.site_precision_, ep.site_precision_, atol=1e-10)
+    np.testing.assert_allclose(rep.predict_proba(X), ep.predict_proba(X), atol=1e-10)
+    small = GPClassifier(KERNEL, method="rep", relaxation=0.01, **common).fit(X, y)
+    assert small.relaxation_b_.shape == (40,) and np.all(small.relaxation_b_ >= 0)
+    assert np.any(small.relaxation_b_ > 0)
+
+
+def test_adaptive_damping_and_log_marginal_likelihood_api():
+    X, y = _data(n=40, flip=4)
+    clf = GPClassifier(KERNEL, method="damped", damping="adaptive", likelihood="step",
+                       label_noise=0.1, optimizer=None).fit(X, y)  # fmt: skip
+    assert clf.converged_
+    assert clf.log_marginal_likelihood() == clf.log_marginal_likelihood_value_
+    with pytest.raises(ValueError, match="theta"):
+        clf.log_marginal_likelihood(eval_gradient=True)
+    assert clone(clf).get_params()["damping"] == "adaptive"

@@ -1,0 +1,117 @@
+"""rep-toy, rep-synthetic, rep-uci: registration, tiny runs and reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robustep.datasets import DataUnavailableError
+from robustep.experiments import registered
+from robustep.experiments import rep_synthetic, rep_toy, rep_uci
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def test_registered_with_quick_and_full():
+    exps = registered()
+    for name in ("rep-toy", "rep-synthetic", "rep-uci"):
+        e = exps[name]
+        assert e.quick and e.full and e.claim and e.source
+
+
+def test_exact_toy_posterior_matches_grid_and_importance_sampling():
+    X, y = rep_toy.TOY_X, rep_toy.TOY_Y
+    mean, cov, log_Z = rep_toy.exact_posterior(X, y, 0.2)
+    g_mean, g_cov = rep_toy.grid_posterior(X, y, 0.2, size=601)
+    np.testing.assert_allclose(g_mean, mean, atol=5e-3)
+    np.testing.assert_allclose(g_cov, cov, atol=5e-3)
+    is_mean, is_cov, ess = rep_toy.importance_posterior(X, y, 0.2, 200_000,
+                                                        np.random.default_rng(0))  # fmt: skip
+    np.testing.assert_allclose(is_mean, mean, atol=1e-2)
+    np.testing.assert_allclose(is_cov, cov, atol=1e-2)
+    # evidence: prior probability-weighted likelihood, a number in (eps^5, (1-eps)^5)
+    assert 0.2**5 < np.exp(log_Z) < 0.8**5
+
+
+def test_exact_toy_posterior_without_noise_sources_is_prior():
+    """eps = 0.5 makes the likelihood flat: the exact posterior is the prior N(0, I)."""
+    mean, cov, log_Z = rep_toy.exact_posterior(rep_toy.TOY_X, rep_toy.TOY_Y, 0.5)
+    np.testing.assert_allclose(mean, 0.0, atol=1e-12)
+    np.testing.assert_allclose(cov, np.eye(2), atol=1e-12)
+
+
+def test_weight_posterior_from_sites_is_gp_posterior():
+    """The w-posterior built from sites reproduces the latent posterior of f = X w."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5, 2))
+    tau, nu = rng.uniform(0.1, 1, 5), rng.standard_normal(5)
+    m, C = rep_toy.weight_posterior(X, tau, nu)
+    K = X @ X.T + 1e-12 * np.eye(5)
+    Sigma = np.linalg.inv(np.linalg.inv(K) + np.diag(tau))
+    np.testing.assert_allclose(X @ C @ X.T, Sigma, atol=1e-8)
+    np.testing.assert_allclose(X @ m, Sigma @ nu, atol=1e-8)
+
+
+def test_rep_toy_tiny_run_and_report(tmp_path):
+    cfg = dict(rep_toy.EXPERIMENT.quick, powers=[0.8, 1.0], n_c=3, c_log10_range=[0.0, 4.0],
+               grid_size=101, is_samples=20_000)  # fmt: skip
+    res = rep_toy.run(cfg, 0)
+    json.dumps(res)
+    ep = res["methods"]["EP"]
+    assert ep["converged"]
+    # c = 1e4 is large: REP must equal EP on this toy
+    assert res["rep_sweep"][-1]["err_mean"] == pytest.approx(ep["err_mean"], abs=1e-10)
+    assert max(res["rep_sweep"][-1]["b"]) == 0.0
+    summary = rep_toy.report(res, tmp_path)
+    assert summary.agrees in (True, False, None) and summary.measured
+    for f in summary.figures:
+        assert (tmp_path / f).stat().st_size > 0
+
+
+def test_rep_synthetic_tiny_run_and_report(tmp_path):
+    cfg = dict(rep_synthetic.EXPERIMENT.quick, n_train_per_class=15, n_test_per_class=50,
+               widths=[1.0], n_folds=2, cv_max_iter=5, max_iter=4, boundary_grid=10,
+               flip_rates=[0.2])  # fmt: skip
+    res = rep_synthetic.run(cfg, 0)
+    json.dumps(res)
+    assert len(res["runs"]) == 4
+    for r in res["runs"]:
+        assert 0.0 <= r["test_error"] <= 1.0 and r["n_iter"] <= 4
+    summary = rep_synthetic.report(res, tmp_path)
+    assert len(summary.tables) == 1 and "REP" in summary.tables[0]
+    for f in summary.figures:
+        assert (tmp_path / f).stat().st_size > 0
+
+
+def test_synthetic_generator_shapes_and_labels():
+    X, y = rep_synthetic.sample(30, np.random.default_rng(0))
+    assert X.shape == (60, 2) and set(np.unique(y)) == {-1.0, 1.0}
+
+
+def test_rep_uci_missing_data_propagates(tmp_path):
+    cfg = dict(rep_uci.EXPERIMENT.quick, datasets=["heart"], data_home=str(tmp_path))
+    with pytest.raises(DataUnavailableError):
+        rep_uci.run(cfg, 0)
+
+
+@pytest.mark.skipif(not (SHARED / "haberman.csv").exists(), reason="shared data not present")
+def test_rep_uci_tiny_run_and_report(tmp_path):
+    cfg = dict(rep_uci.EXPERIMENT.quick, datasets=["haberman"], splits=2, powers=[0.8],
+               relaxations=[10.0], max_iter=30, data_home=str(SHARED))  # fmt: skip
+    res = rep_uci.run(cfg, 0)
+    json.dumps(res)
+    splits = res["tasks"]["haberman"]
+    assert len(splits) == 2
+    assert set(splits[0]["errors"]) == set(rep_uci.METHODS)
+    summary = rep_uci.report(res, tmp_path)
+    assert "haberman" in summary.tables[0]
+    assert (tmp_path / "rep_uci_errors.png").exists()
+
+
+@pytest.mark.skipif(not (SHARED / "pima-indians-diabetes.csv").exists(), reason="no data")
+def test_pima_complete_cases_are_the_mass_rows():
+    X, y, n_train, n_test = rep_uci.load("pima", {"data_home": str(SHARED)})
+    assert X.shape == (532, 7) and n_train + n_test == 532

@@ -1,0 +1,171 @@
+"""Tests of StudentTGPRegressor (robust GP regression, Jylänki et al. 2011)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from sklearn.utils.estimator_checks import parametrize_with_checks
+from threadpoolctl import threadpool_limits
+
+from robustep.baselines import _student_t as st
+from robustep.estimators.student_t_regressor import StudentTGPRegressor, default_df_grid
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_blas_thread():
+    # Threaded BLAS on small matrices is ~100x slower on a shared 2-core machine.
+    with threadpool_limits(1):
+        yield
+
+
+def _data(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(-3, 3, size=(n, 1)), axis=0)
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
+    out = np.array([5, n // 2, n - 6])
+    y[out] += np.array([3.0, -3.0, 2.5])
+    Xt = np.linspace(-2.8, 2.8, 30)[:, None]
+    yt = np.sin(Xt[:, 0]) + 0.1 * rng.standard_normal(30)
+    return X, y, Xt, yt, out
+
+
+@parametrize_with_checks(
+    [StudentTGPRegressor(method="laplace"), StudentTGPRegressor(optimizer=None)]
+)
+def test_sklearn_contract(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.mark.slow
+@parametrize_with_checks([StudentTGPRegressor()])
+def test_sklearn_contract_default_ep(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+@pytest.mark.parametrize("method", ["ep", "fractional", "laplace", "vb", "fvb", "gaussian"])
+def test_methods_fit_predict_finite(method):
+    X, y, Xt, yt, _ = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = StudentTGPRegressor(method=method).fit(X, y)
+    m, s = est.predict(Xt, return_std=True)
+    lp = est.predict_log_density(Xt, yt)
+    assert np.all(np.isfinite(m)) and np.all(s > 0) and np.all(np.isfinite(lp))
+    assert est.score(Xt, yt) == pytest.approx(lp.mean())
+    assert np.isfinite(est.log_marginal_likelihood_value_)
+    assert est.df_ == 4.0 and est.scale_ > 0
+
+
+def test_student_t_beats_gaussian_with_outliers():
+    X, y, Xt, yt, _ = _data()
+    ep = StudentTGPRegressor(method="ep").fit(X, y)
+    ga = StudentTGPRegressor(method="gaussian").fit(X, y)
+    assert ep.score(Xt, yt) > ga.score(Xt, yt) + 0.3
+    assert np.mean(np.abs(ep.predict(Xt) - yt)) < np.mean(np.abs(ga.predict(Xt) - yt))
+
+
+def test_outlier_diagnostics_flag_planted_outliers():
+    X, y, _, _, out = _data()
+    est = StudentTGPRegressor(method="ep").fit(X, y)
+    assert set(out) <= set(np.flatnonzero(est.negative_precision_))
+    assert est.site_precision_.shape == (len(y),)
+    ok = np.isfinite(est.cavity_var_)
+    assert ok.sum() >= len(y) - 1 and np.all(est.cavity_var_[ok] > 0)
+    # the leave-one-out mean of an outlier is far from its observation, near the clean curve
+    assert np.all(np.abs(est.cavity_mean_[out] - y[out]) > 2.0)
+
+
+def test_optimizer_none_keeps_hyperparameters_and_kernel_is_cloned():
+    X, y, _, _, _ = _data()
+    kernel = ConstantKernel(0.7) * RBF(1.3)
+    est = StudentTGPRegressor(kernel, df=3.0, scale=0.2, optimizer=None).fit(X, y)
+    assert est.kernel_.get_params() == kernel.get_params()
+    assert est.kernel_ is not kernel
+    assert (est.df_, est.scale_) == (3.0, 0.2)
+    est2 = StudentTGPRegressor(kernel, df=3.0, scale=0.2, method="laplace").fit(X, y)
+    assert est2.kernel_.theta.tolist() != kernel.theta.tolist()
+    assert kernel.theta.tolist() == (ConstantKernel(0.7) * RBF(1.3)).theta.tolist()
+
+
+def test_gaussian_method_matches_sklearn_gpr():
+    X, y, Xt, _, _ = _data()
+    kernel = ConstantKernel(0.9) * RBF(1.1)
+    est = StudentTGPRegressor(kernel, scale=0.3, method="gaussian", optimizer=None).fit(X, y)
+    ref = GaussianProcessRegressor(kernel, alpha=0.3**2, optimizer=None, normalize_y=True)
+    ref.fit(X, y)
+    m, s = est.predict(Xt, return_std=True)
+    mr, sr = ref.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m, mr, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s, sr, rtol=1e-5)
+    ys = (y - y.mean()) / y.std()
+    assert est.log_marginal_likelihood_value_ == pytest.approx(
+        ref.log_marginal_likelihood_value_, rel=1e-6
+    )
+    assert np.allclose(ref.y_train_, ys)
+
+
+def test_predict_log_density_quadrature_and_units():
+    X, y, Xt, yt, _ = _data()
+    est = StudentTGPRegressor(method="laplace", optimizer=None).fit(X, y)
+    lp = est.predict_log_density(Xt[:3], yt[:3])
+    m, s = est.predict(Xt[:3], return_std=True)
+    # direct quadrature in target units: p(y|f) is Student-t with scale sigma * std(y)
+    sd = y.std()
+    f = np.linspace(-20, 20, 200001)
+    for i in range(3):
+        dens = np.exp(st.log_prob(yt[i], f, est.df_, est.scale_ * sd)) * np.exp(
+            -0.5 * (f - m[i]) ** 2 / s[i] ** 2
+        ) / np.sqrt(2 * np.pi * s[i] ** 2)
+        assert lp[i] == pytest.approx(np.log(np.trapezoid(dens, f)), abs=1e-6)
+
+
+def test_ep3_grid_weights():
+    X, y, Xt, yt, _ = _data(n=25)
+    grid = default_df_grid()
+    assert grid.size == 15 and grid[0] == pytest.approx(1.5) and grid[-1] == pytest.approx(20.0)
+    assert np.allclose(np.diff(np.log(np.log(grid))), np.diff(np.log(np.log(grid)))[0])
+    est = StudentTGPRegressor(method="laplace", df_grid=[2.0, 4.0, 10.0]).fit(X, y)
+    assert est.df_weights_.shape == (3,) and est.df_weights_.sum() == pytest.approx(1.0)
+    assert est.df_ in (2.0, 4.0, 10.0)
+    assert np.all(np.isfinite(est.predict_log_density(Xt, yt)))
+    with pytest.raises(ValueError, match="df_grid"):
+        StudentTGPRegressor(method="mcmc", df_grid=True).fit(X, y)
+
+
+def test_optimize_df_changes_df():
+    X, y, _, _, _ = _data()
+    est = StudentTGPRegressor(method="laplace", optimize_df=True).fit(X, y)
+    assert est.df_ != 4.0 and 1.05 <= est.df_ <= 1000
+
+
+def test_mcmc_method_and_diagnostics():
+    X, y, Xt, yt, _ = _data(n=25)
+    est = StudentTGPRegressor(method="mcmc", n_samples=60, random_state=0).fit(X, y)
+    assert est.log_marginal_likelihood_value_ is None
+    assert "rhat" in est.mcmc_diagnostics_ and "log_scale" in est.mcmc_diagnostics_["ess"]
+    m, s = est.predict(Xt, return_std=True)
+    assert np.all(np.isfinite(m)) and np.all(s > 0)
+    assert np.all(np.isfinite(est.predict_log_density(Xt, yt)))
+    est2 = StudentTGPRegressor(method="mcmc", n_samples=60, random_state=0).fit(X, y)
+    np.testing.assert_allclose(est2.predict(Xt), m)
+
+
+def test_convergence_warning(monkeypatch):
+    import robustep.baselines.variational as variational
+
+    orig = variational.variational_bounds
+    monkeypatch.setattr(
+        variational, "variational_bounds", lambda *a, **k: orig(*a, **{**k, "max_iter": 1})
+    )
+    X, y, _, _, _ = _data()
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        est = StudentTGPRegressor(method="vb", optimizer=None).fit(X, y)
+    assert est.converged_ is False
+    assert np.all(np.isfinite(est.predict(X)))
