@@ -7,6 +7,11 @@ OUT    ?= report
 # On the developers' and CI machines the benchmark data sit beside the checkout.
 export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
 JOBS   ?= 2
+# Multithreaded OpenBLAS is pathologically slow on the small triangular solves of
+# EP sweeps when cores are shared (measured 24 ms vs 0.003 ms for n = 42); the
+# test workers and experiments run one BLAS thread each.
+export OPENBLAS_NUM_THREADS ?= 1
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: install demo test test-all lint format bench clean
 

@@ -79,7 +79,8 @@ def pima_optimisation(data_home):
     clf.fit(X, y)
     t = time.perf_counter() - t
     print(f"Pima (n={X.shape[0]}) EP probit with hyperparameter optimisation: {t:.2f} s, "
-          f"kernel {clf.kernel_}, log evidence {clf.log_marginal_likelihood_value_:.3f}")  # fmt: skip
+          f"kernel {clf.kernel_}, "
+          f"log evidence {clf.log_marginal_likelihood_value_:.3f}")  # fmt: skip
     return t
 
 

@@ -4,12 +4,20 @@ import numpy as np
 import pytest
 from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from threadpoolctl import threadpool_limits
 
 from robustep.baselines._testing import GaussianReference, StudentTReference
 from robustep.baselines.laplace import (
     laplace_approximation,
     laplace_log_marginal_likelihood_gradient,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_blas_thread():
+    # threaded BLAS on small matrices is very slow on a shared machine
+    with threadpool_limits(1):
+        yield
 
 
 def _problem(n=12, seed=0, outliers=True):
@@ -30,9 +38,7 @@ def test_gaussian_likelihood_is_exact():
     res = laplace_approximation(K, y, lik)
     assert res.converged
     Ky = K + 0.05 * np.eye(len(y))
-    exact_lml = -0.5 * (
-        y @ np.linalg.solve(Ky, y) + np.linalg.slogdet(2 * np.pi * Ky)[1]
-    )
+    exact_lml = -0.5 * (y @ np.linalg.solve(Ky, y) + np.linalg.slogdet(2 * np.pi * Ky)[1])
     assert res.log_marginal_likelihood == pytest.approx(exact_lml, abs=1e-8)
     mean = K @ np.linalg.solve(Ky, y)
     cov = K - K @ np.linalg.solve(Ky, K)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from threadpoolctl import threadpool_limits
 
 from robustep.baselines import _student_t as st
 from robustep.baselines._testing import StudentTReference
@@ -15,6 +16,13 @@ from robustep.baselines.variational import (
     variational_bounds,
     vb_log_marginal_likelihood_gradient,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_blas_thread():
+    # threaded BLAS on small matrices is very slow on a shared machine
+    with threadpool_limits(1):
+        yield
 
 
 def _problem(n=10, seed=0):
@@ -70,8 +78,9 @@ def test_vb_single_site_matches_direct_maximisation_and_bounds_exact():
         )
 
     lo = np.log(df * sc**2 / (df + 1)) + 1e-9
-    best = optimize.minimize_scalar(neg, bounds=(lo, 5.0), method="bounded",
-                                    options={"xatol": 1e-12})
+    best = optimize.minimize_scalar(
+        neg, bounds=(lo, 5.0), method="bounded", options={"xatol": 1e-12}
+    )
     assert res.log_marginal_likelihood == pytest.approx(-best.fun, abs=1e-7)
     assert res.gamma[0] == pytest.approx(np.exp(best.x), rel=1e-4)
     exact = np.log(np.exp(st.log_predictive_density(y[0], 0.0, k, df, sc)))
@@ -111,19 +120,27 @@ def test_vb_gradient_matches_finite_differences():
     gk, gl = vb_log_marginal_likelihood_gradient(res, Kg, lik, y)
 
     def f(thk, thl):
-        return variational_bounds(kernel.clone_with_theta(thk)(X), y, lik.with_log_params(thl),
-                                  tol=1e-13, max_iter=5000, init=res.gamma).log_marginal_likelihood
+        return variational_bounds(
+            kernel.clone_with_theta(thk)(X),
+            y,
+            lik.with_log_params(thl),
+            tol=1e-13,
+            max_iter=5000,
+            init=res.gamma,
+        ).log_marginal_likelihood
 
     h = 1e-5
     thk, thl = kernel.theta, lik.get_log_params()
     for j in range(thk.size):
         e = np.eye(thk.size)[j] * h
-        assert gk[j] == pytest.approx((f(thk + e, thl) - f(thk - e, thl)) / (2 * h), rel=1e-4,
-                                      abs=1e-5)
+        assert gk[j] == pytest.approx(
+            (f(thk + e, thl) - f(thk - e, thl)) / (2 * h), rel=1e-4, abs=1e-5
+        )
     for j in range(2):
         e = np.eye(2)[j] * h
-        assert gl[j] == pytest.approx((f(thk, thl + e) - f(thk, thl - e)) / (2 * h), rel=1e-4,
-                                      abs=1e-5)
+        assert gl[j] == pytest.approx(
+            (f(thk, thl + e) - f(thk, thl - e)) / (2 * h), rel=1e-4, abs=1e-5
+        )
 
 
 def test_fvb_m_step_gradient_matches_finite_differences():
@@ -136,17 +153,20 @@ def test_fvb_m_step_gradient_matches_finite_differences():
     thk, thl = kernel.theta, lik.get_log_params()
 
     def f(tk, tl):
-        return fvb_m_step_objective(kernel.clone_with_theta(tk)(X), y, lik.with_log_params(tl),
-                                    res.a, res.b)
+        return fvb_m_step_objective(
+            kernel.clone_with_theta(tk)(X), y, lik.with_log_params(tl), res.a, res.b
+        )
 
     for j in range(thk.size):
         e = np.eye(thk.size)[j] * h
-        assert gk[j] == pytest.approx((f(thk + e, thl) - f(thk - e, thl)) / (2 * h), rel=1e-5,
-                                      abs=1e-6)
+        assert gk[j] == pytest.approx(
+            (f(thk + e, thl) - f(thk - e, thl)) / (2 * h), rel=1e-5, abs=1e-6
+        )
     for j in range(2):
         e = np.eye(2)[j] * h
-        assert gl[j] == pytest.approx((f(thk, thl + e) - f(thk, thl - e)) / (2 * h), rel=1e-5,
-                                      abs=1e-6)
+        assert gl[j] == pytest.approx(
+            (f(thk, thl + e) - f(thk, thl - e)) / (2 * h), rel=1e-5, abs=1e-6
+        )
 
 
 def test_fvb_em_increases_the_bound():

@@ -39,8 +39,9 @@ from scipy.linalg import lapack
 
 from robustep._config import get_config
 
-# |tau_i| * Sigma_ii below this: compute Sigma_ii explicitly (cancellation guard).
-_CANCELLATION_THRESHOLD = 1e-3
+# |tau_i| * Sigma_ii below this: compute Sigma_ii explicitly (cancellation guard; the
+# identity loses about n * eps / (|tau_i| Sigma_ii) relative accuracy).
+_CANCELLATION_THRESHOLD = 1e-6
 
 
 class InvalidSiteConfiguration(np.linalg.LinAlgError):

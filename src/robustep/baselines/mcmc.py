@@ -301,7 +301,7 @@ def gibbs_student_t_gp(
                 if it % hyper_every == 0:
                     for j in range(theta.size):  # loop over hyperparameters, not data
 
-                        def lp_t(t, j=j, V=V):
+                        def lp_t(t, j=j, V=V, theta=theta):
                             th = theta.copy()
                             th[j] = t
                             return _log_marginal(kernel.clone_with_theta(th)(X), V, y)

@@ -248,7 +248,7 @@ class FVBResult:
 
 
 def _fvb_elbo(gp, a, b, df, scale):
-    """Collapsed ELBO: log N(y|0,K+Gamma) + sum[log Gamma/2 - E log V/2 + E log p(V) - E log q(V)]."""
+    """Collapsed ELBO: log N(y|0,K+G) + sum[log G/2 - E log V/2 + E log p(V) - E log q(V)]."""
     ElogV = np.log(b) - digamma(a)
     Einv = a / b
     G = b / a
@@ -359,7 +359,7 @@ def fvb_em(
         th0 = np.concatenate([kern.theta, np.log([lik.df, lik.scale])])
         kb = [tuple(r) for r in kern.bounds]
 
-        def negobj(th, a=a, b=b):
+        def negobj(th, a=a, b=b, kern=kern, nk=nk, lik=lik):
             k2 = kern.clone_with_theta(th[:nk])
             l2 = _with_df_scale(lik, np.exp(th[nk]), np.exp(th[nk + 1]))
             Kx, Kg = k2(X, eval_gradient=True)

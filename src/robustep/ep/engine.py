@@ -198,16 +198,16 @@ def _parallel_step(ctx, ev, step, robust):
     return None, 0.0, 0.0, True
 
 
-def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None):
+def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0):
     """Parallel sweeps until convergence, ``max_sweeps``, or (with ``patience``) stalling.
 
-    ``patience``: stop with status "stalled" when the residual has not reached a
-    new minimum (by at least 10%) for this many consecutive sweeps, or when a
-    step had to be rejected entirely.
+    ``patience``: after ``min_sweeps`` sweeps, stop with status "stalled" when the
+    residual has not reached a new minimum (by at least 10%) for this many
+    consecutive sweeps; also "stalled" when a step had to be rejected entirely.
     """
     step = 1.0 - ctx.damping
     best, since_best = np.inf, 0
-    for _ in range(max_sweeps):
+    for sweep in range(max_sweeps):
         if ev.residual < ctx.tol and np.all(ev.valid):
             return ev, "converged"
         if ctx.n_iter >= ctx.max_iter:
@@ -222,7 +222,7 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None):
             best, since_best = ev.residual, 0
         else:
             since_best += 1
-        if patience is not None and since_best >= patience:
+        if patience is not None and since_best >= patience and sweep + 1 >= min_sweeps:
             return ev, "stalled"
     if ev.residual < ctx.tol and np.all(ev.valid):
         return ev, "converged"
@@ -245,7 +245,7 @@ def _directional(ev, d_prec, d_shift, eta):
     return float(np.sum(g_shift * d_shift + g_prec * d_prec))
 
 
-def _run_double_loop(ctx, ev, *, max_inner=1, inner_reduction=0.1):
+def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
     """Double-loop EP (Heskes & Zoeter 2002; Jylänki et al. 2011 §3.6 and §4, mods 1, 3, 4).
 
     Outer loop: reference marginals lambda_s <- q's marginals.  Inner loop:
@@ -256,10 +256,9 @@ def _run_double_loop(ctx, ev, *, max_inner=1, inner_reduction=0.1):
     size at the start of the outer iteration (or below ``tol``), or after
     ``max_inner`` steps.
     """
-    import os
 
     eta = ctx.power
-    step = 1.0 / (1.0 + eta)
+    step = eta / (1.0 + eta)  # diagonal Newton step along the moment-matching direction
     while True:
         if ev.residual < ctx.tol and np.all(ev.valid):
             return ev, "converged"
@@ -293,11 +292,23 @@ def _run_double_loop(ctx, ev, *, max_inner=1, inner_reduction=0.1):
 
 
 def _outer_update(ctx, ev):
-    """Reset the reference marginals to q's marginals (where that keeps cavities positive)."""
+    """Move the reference marginals lambda_s to q's marginals.
+
+    Where that would make a cavity precision non-positive (Jylänki et al. 2011
+    §4 mention this "rare case"), the site's reference moves only part of the
+    way, keeping at least half of its current cavity precision; repeated outer
+    updates then approach q's marginals while the inner loop adapts the site.
+    """
+    eta = ctx.power
     q_prec, q_shift = ev.marg_precision, ev.marg_shift
-    ok = q_prec - ctx.power * ev.precision > get_config().min_cavity_precision * q_prec
-    ref_prec = np.where(ok, q_prec, ev.ref_precision)
-    ref_shift = np.where(ok, q_shift, ev.ref_shift)
+    cav_now = ev.ref_precision - eta * ev.precision
+    cav_target = q_prec - eta * ev.precision
+    short = cav_target < 0.5 * cav_now
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(short, 0.5 * cav_now / (ev.ref_precision - q_prec), 1.0)
+    rho = np.clip(rho, 0.0, 1.0)
+    ref_prec = ev.ref_precision + rho * (q_prec - ev.ref_precision)
+    ref_shift = ev.ref_shift + rho * (q_shift - ev.ref_shift)
     return _evaluate(ctx, ev.precision, ev.shift, ref=(ref_prec, ref_shift), post=ev.post)
 
 
@@ -471,7 +482,7 @@ def expectation_propagation(
     site_update=None,
     n_parallel_init=10,
     double_loop=None,
-    max_inner=1,
+    max_inner=2,
 ):
     """Expectation propagation for p(f) = N(0, K) and sites p(y_i | f_i).
 
@@ -497,15 +508,19 @@ def expectation_propagation(
     callback : called after every sweep with a dict (iteration, phase, site parameters,
         max_change, residual, log_Z); return True to stop.
     site_update : site update rule (see :mod:`robustep.ep.updates`); default moment matching.
-    n_parallel_init : robust parallel EP runs at least this many parallel sweeps, and more
-        while they keep improving, before switching to the double loop.
-    double_loop : None (automatic, see ``robust``), True (skip straight to the double loop
-        after ``n_parallel_init`` sweeps; use 0 for a pure double loop) or False (never).
-    max_inner : inner-loop iterations per outer update of the double loop.  1 (default)
-        is robust parallel EP (Jylänki et al. §4, modifications 1, 2, 4: every parallel
-        step is line-searched on the EP objective); larger values iterate the inner
-        loop towards consistency (modification 3), which the paper (and our
-        measurements, docs/benchmarks.md) find slower.
+    n_parallel_init : number of parallel sweeps before the double loop when
+        ``double_loop=True`` (0 gives a pure double loop).  With the automatic choice
+        (``robust=True``, ``double_loop=None``) at least ``n_parallel_init`` parallel
+        sweeps are made, and more while they make progress (a new smallest residual,
+        by 10%, at least every 5 sweeps); the double loop takes over when they stall
+        or oscillate.
+    double_loop : None (automatic, see ``robust``), True (double loop after
+        ``n_parallel_init`` parallel sweeps) or False (never).
+    max_inner : inner-loop iterations per outer update of the double loop (default 2,
+        as in Jylänki et al. §4).  1 makes every parallel step line-searched on the EP
+        objective (modifications 1, 2, 4); larger values iterate the inner loop towards
+        consistency (modification 3).  On our example-2 problem 2 converged fastest of
+        {1, 2, 3, 5, 10} (see docs/benchmarks.md).
 
     Returns
     -------
@@ -532,7 +547,12 @@ def expectation_propagation(
                 ev, status = _run_parallel(ctx, ev, robust=True, max_sweeps=n_parallel_init)
             else:
                 ev, status = _run_parallel(
-                    ctx, ev, robust=True, max_sweeps=max_iter, patience=n_parallel_init
+                    ctx,
+                    ev,
+                    robust=True,
+                    max_sweeps=max_iter,
+                    patience=5,
+                    min_sweeps=n_parallel_init,
                 )
             if status in ("stalled", "max_iter") and ctx.n_iter < max_iter:
                 ev, status = _run_double_loop(

@@ -174,7 +174,8 @@ def optimise_relaxation(likelihood, y, cavity_mean, cavity_var, site_mean, relax
     ``beta in [max(1e-6, beta_max 1e-12), beta_max]``, ``beta_max = min(1e6, Q(0) s / c)``
     (no search when ``beta_max <= 1e-6``), with a log-spaced grid of ``_BETA_GRID_SIZE``
     values, then golden-section refinement of ``log beta`` between the neighbours of the
-    best grid point.  ``b = 0`` is kept unless a positive ``b`` has a strictly smaller objective, so c -> inf gives
+    best grid point.  ``b = 0`` is kept unless a positive ``b`` has a strictly smaller
+    objective, so c -> inf gives
     ``b = 0`` exactly.
     """
     y = np.asarray(y, dtype=float)

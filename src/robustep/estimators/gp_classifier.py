@@ -40,14 +40,10 @@ __all__ = ["GPClassifier"]
 _METHODS = ("ep", "damped", "power", "rep", "laplace")
 
 
-def _validate(estimator, X, y=None, reset=True):
+def _validate(estimator, X, y="no_validation", reset=True):
     kwargs = dict(ensure_2d=True, dtype="numeric", reset=reset)
     if _validate_data is not None:
-        if y is None:
-            return _validate_data(estimator, X, **kwargs)
         return _validate_data(estimator, X, y, **kwargs)
-    if y is None:  # pragma: no cover
-        return estimator._validate_data(X, **kwargs)
     return estimator._validate_data(X, y, **kwargs)  # pragma: no cover
 
 
@@ -198,7 +194,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return self._adaptive_damped(K, y, lik, init)
 
     def _adaptive_damped(self, K, y, lik, init):
-        """Damped EP whose damping moves halfway to 1 after every block of 50 sweeps without progress."""
+        """Damped EP; damping moves halfway to 1 after each block of 50 sweeps without progress."""
         from robustep.ep import expectation_propagation
 
         damping, block, total = 0.5, 50, 0
@@ -277,10 +273,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         X, y = _validate(self, X, y, reset=True)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
-        if self.classes_.size != 2:
+        if self.classes_.size < 2:
             raise ValueError(
-                f"y contains {self.classes_.size} class(es); GPClassifier is binary — pass "
-                "exactly two labels (use sklearn.multiclass.OneVsRestClassifier for more)"
+                f"y contains only {self.classes_.size} class; GPClassifier needs two labels"
+            )
+        if self.classes_.size > 2:
+            raise ValueError(
+                "Only binary classification is supported: y contains "
+                f"{self.classes_.size} classes; pass exactly two labels (use "
+                "sklearn.multiclass.OneVsRestClassifier for more)"
             )
         self._y_pm = np.where(y == self.classes_[1], 1.0, -1.0)
         self._likelihood_obj = self._make_likelihood()

@@ -301,16 +301,27 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 K, Kg = k(X, eval_gradient=True)
                 res = self._infer(K, d, s, warm=self._warm_of(state["warm"]), max_iter=200)
                 val = float(res.log_marginal_likelihood)
-                if not np.isfinite(val):
+                # A non-converged EP evidence is not a stationary value and its explicit
+                # gradient is wrong; treat it like a failed evaluation.
+                if not np.isfinite(val) or (
+                    self.method in ("ep", "fractional") and not res.converged
+                ):
                     raise FloatingPointError
                 gk, gd, gs = self._gradient(res, Kg, d, s)
                 grad = np.concatenate([gk, [gs], [gd] if fit_df else []])
                 if not np.all(np.isfinite(grad)):
                     raise FloatingPointError
             except (linalg.LinAlgError, FloatingPointError, ValueError):
+                # Inference failed (e.g. sigma far too small): a quadratic bowl around the
+                # best point so far lets the L-BFGS-B line search backtrack smoothly.
                 state["warm"] = None
-                return (_PENALTY, np.zeros_like(x)) if eval_gradient else _PENALTY
+                xb, fb = state.get("best", (x, _PENALTY))
+                d = x - xb
+                val = fb + 1e3 * (1.0 + float(d @ d))
+                return (val, 2e3 * d) if eval_gradient else val
             state["warm"] = res
+            if -val < state.get("best", (None, np.inf))[1]:
+                state["best"] = (x.copy(), -val)
             return (-val, -grad) if eval_gradient else -val
 
         bounds = np.vstack(
@@ -340,6 +351,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         best = None
         for x_start in starts:
             state["warm"] = None
+            state.pop("best", None)
             if callable(self.optimizer):
                 x_opt, f_opt = self.optimizer(obj, x_start, bounds)
             else:

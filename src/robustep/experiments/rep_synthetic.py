@@ -139,8 +139,9 @@ def run(config: dict, seed: int) -> dict:
                 if rep == 0 and rate == max(config["flip_rates"]):
                     g = np.linspace(-3.5, 3.5, int(config["boundary_grid"]))
                     G1, G2 = np.meshgrid(g, g)
-                    grid_mean = _latent_mean(res, kernel, X, np.column_stack([G1.ravel(),
-                                                                              G2.ravel()]))
+                    grid_mean = _latent_mean(
+                        res, kernel, X, np.column_stack([G1.ravel(), G2.ravel()])
+                    )
                     if out["example"] is None:
                         out["example"] = {"X": X.tolist(), "y": y.tolist(), "grid": g.tolist(),
                                           "rate": rate, "latent": {}}  # fmt: skip
@@ -258,16 +259,34 @@ EXPERIMENT = register(
             "EP/PEP/DEP, and has the lowest test error; EP diverges on some data sets."
         ),
         quick={
-            "repetitions": 1, "flip_rates": [0.1, 0.2], "n_train_per_class": 200,
-            "n_test_per_class": 2000, "widths": [0.5, 1.0], "n_folds": 3, "cv_max_iter": 50,
-            "power": 0.8, "damping": 0.5, "relaxation": 10.0, "R_threshold": 1e-3,
-            "max_iter": 40, "boundary_grid": 60,
+            "repetitions": 1,
+            "flip_rates": [0.1, 0.2],
+            "n_train_per_class": 200,
+            "n_test_per_class": 2000,
+            "widths": [0.5, 1.0],
+            "n_folds": 3,
+            "cv_max_iter": 50,
+            "power": 0.8,
+            "damping": 0.5,
+            "relaxation": 10.0,
+            "R_threshold": 1e-3,
+            "max_iter": 40,
+            "boundary_grid": 60,
         },
         full={
-            "repetitions": 10, "flip_rates": [0.1, 0.2], "n_train_per_class": 200,
-            "n_test_per_class": 19800, "widths": [0.25, 0.5, 1.0, 2.0], "n_folds": 5,
-            "cv_max_iter": 200, "power": 0.8, "damping": 0.5, "relaxation": 10.0,
-            "R_threshold": 1e-3, "max_iter": 200, "boundary_grid": 120,
+            "repetitions": 10,
+            "flip_rates": [0.1, 0.2],
+            "n_train_per_class": 200,
+            "n_test_per_class": 19800,
+            "widths": [0.25, 0.5, 1.0, 2.0],
+            "n_folds": 5,
+            "cv_max_iter": 200,
+            "power": 0.8,
+            "damping": 0.5,
+            "relaxation": 10.0,
+            "R_threshold": 1e-3,
+            "max_iter": 200,
+            "boundary_grid": 120,
         },
         run=run,
         report=report,

@@ -101,7 +101,7 @@ def weight_posterior(X, site_precision, site_shift):
     return cov @ (X.T @ site_shift), cov
 
 
-def run_method(X, y, eps, *, power=1.0, damping=0.0, relaxation=None, max_iter=2000, tol=1e-9):
+def run_method(X, y, eps, *, power=1.0, damping=0.0, relaxation=None, max_iter=300, tol=1e-9):
     """Sequential EP variant on the toy; returns a JSON-friendly dict."""
     from robustep.ep import expectation_propagation
     from robustep.ep.rep import make_rep_update

@@ -12,7 +12,7 @@ description; fixed before any run):
 
 Regular observations: 40 inputs uniform on the rest of [-5, 5], noise N(0, 0.1^2).
 Each method (EP, fractional EP eta = 0.5, Laplace, fVB, VB) fits its own MAP
-hyperparameters (nu = 4 fixed, as the paper's EP1 default); MCMC samples all
+hyperparameters including nu (config ``optimize_df``); MCMC samples all
 hyperparameters.  Figure 1: predictive mean +- 2 std and the predictive density
 of f(2).  Figure 2: the 2-D tilted distribution of (f1, f2) for the two outliers
 of example 1 with length-scale 0.9, from q(f1, f2 | y3..yn) (EP on the other
@@ -70,12 +70,13 @@ def _kernel():
     return ConstantKernel(1.0, (1e-3, 1e3)) * RBF(1.0, (1e-2, 1e2))
 
 
-def _fit(name, X, y, n_mcmc, seed):
+def _fit(name, X, y, n_mcmc, seed, optimize_df=True):
     from robustep.estimators.student_t_regressor import StudentTGPRegressor
 
     kw = dict(_EST[name])
+    kw["optimize_df"] = bool(optimize_df) or name == "MCMC"
     if name == "MCMC":
-        kw.update(n_samples=n_mcmc, optimize_df=True, random_state=seed)
+        kw.update(n_samples=n_mcmc, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return StudentTGPRegressor(_kernel(), df=4.0, scale=0.5, **kw).fit(X, y)
@@ -124,8 +125,13 @@ def _tilted_2d(X, y, lengthscale, magnitude, df, scale, grid_n):
         lik.log_prob(np.full(F1.size, y[0]), F1.ravel())
         + lik.log_prob(np.full(F2.size, y[1]), F2.ravel())
     ).reshape(F1.shape)
-    out = {"f1": g1.tolist(), "f2": g2.tolist(), "q_mean": mean.tolist(), "q_cov": cov.tolist(),
-           "y12": y[:2].tolist()}
+    out = {
+        "f1": g1.tolist(),
+        "f2": g2.tolist(),
+        "q_mean": mean.tolist(),
+        "q_cov": cov.tolist(),
+        "y12": y[:2].tolist(),
+    }
     for eta in (1.0, 0.5):
         lt = logq + eta * loglik
         p = np.exp(lt - lt.max())
@@ -133,8 +139,11 @@ def _tilted_2d(X, y, lengthscale, magnitude, df, scale, grid_n):
         # number of local maxima of the tilted density on the grid
         inner = p[1:-1, 1:-1]
         peaks = (
-            (inner > p[:-2, 1:-1]) & (inner > p[2:, 1:-1]) & (inner > p[1:-1, :-2])
-            & (inner > p[1:-1, 2:]) & (inner > 1e-3 * inner.max())
+            (inner > p[:-2, 1:-1])
+            & (inner > p[2:, 1:-1])
+            & (inner > p[1:-1, :-2])
+            & (inner > p[1:-1, 2:])
+            & (inner > 1e-3 * inner.max())
         )
         out[f"eta_{eta}"] = {
             "log_lik": (eta * loglik).tolist(),
@@ -154,29 +163,40 @@ def run(config: dict, seed: int) -> dict:
     with threadpool_limits(1):
         for ex in (1, 2):
             X, y = make_example(ex, n_regular=config["n_regular"], random_state=seed)
-            ex_res = {"X": X[:, 0].tolist(), "y": y.tolist(), "x_grid": xs.tolist(),
-                      "true": true_function(xs, ex).tolist(), "methods": {}}
+            ex_res = {
+                "X": X[:, 0].tolist(),
+                "y": y.tolist(),
+                "x_grid": xs.tolist(),
+                "true": true_function(xs, ex).tolist(),
+                "methods": {},
+            }
             fgrid = np.linspace(-3.5, 4.5, 801)
             ex_res["f_grid"] = fgrid.tolist()
             for name in config["methods"]:
-                est = _fit(name, X, y, config["n_mcmc"], seed)
+                est = _fit(name, X, y, config["n_mcmc"], seed, config["optimize_df"])
                 m, s = est.predict(xs[:, None], return_std=True)
                 dens = _density_of_f(est, 2.0, fgrid)
                 dx = fgrid[1] - fgrid[0]
                 mean2 = float(np.sum(dens * fgrid) * dx / max(np.sum(dens) * dx, 1e-300))
                 std2 = float(np.sqrt(np.sum(dens * (fgrid - mean2) ** 2) * dx / np.sum(dens * dx)))
                 ex_res["methods"][name] = {
-                    "mean": m.tolist(), "std": s.tolist(), "density_f2": dens.tolist(),
-                    "mean_f2": mean2, "std_f2": std2,
-                    "kernel": str(est.kernel_), "df": est.df_, "scale": est.scale_,
+                    "mean": m.tolist(),
+                    "std": s.tolist(),
+                    "density_f2": dens.tolist(),
+                    "mean_f2": mean2,
+                    "std_f2": std2,
+                    "kernel": str(est.kernel_),
+                    "df": est.df_,
+                    "scale": est.scale_,
                     "converged": bool(est.converged_),
                     "n_negative_sites": int(np.sum(est.negative_precision_)),
                 }
             results["examples"][str(ex)] = ex_res
         X, y = make_example(1, n_regular=config["n_regular"], random_state=seed)
         ys = (y - y.mean()) / y.std()
-        results["tilted"] = _tilted_2d(X, ys, 0.9, 1.0, config["fig2_df"], config["fig2_scale"],
-                                       config["fig2_grid"])
+        results["tilted"] = _tilted_2d(
+            X, ys, 0.9, 1.0, config["fig2_df"], config["fig2_scale"], config["fig2_grid"]
+        )
     return results
 
 
@@ -256,16 +276,20 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     def g(ex, name):
         return verdict.get((ex, name), float("nan"))
 
-    std = {(ex, n): r["std_f2"] for ex, e in results["examples"].items()
-           for n, r in e["methods"].items()}
-    ex1_ok = std.get(("1", "EP"), 0) > std.get(("1", "LA"), np.inf) and std.get(
-        ("1", "EP"), 0
-    ) > std.get(("1", "fVB"), np.inf)
+    std = {
+        (ex, n): r["std_f2"]
+        for ex, e in results["examples"].items()
+        for n, r in e["methods"].items()
+    }
+    # EP must be clearly closer to MCMC (total variation of the f(2) density) than LA and
+    # fVB in example 1, and wider than fEP in example 2.
+    ex1_ok = g("1", "EP") < min(g("1", "LA"), g("1", "fVB")) - 0.05
     ex2_ok = std.get(("2", "EP"), 0) > std.get(("2", "fEP"), np.inf)
     modes = (t["eta_1.0"]["n_modes"], t["eta_0.5"]["n_modes"])
     measured = (
         f"std of f(2): example 1 EP {std.get(('1', 'EP'), float('nan')):.3f}, "
-        f"LA {std.get(('1', 'LA'), float('nan')):.3f}, fVB {std.get(('1', 'fVB'), float('nan')):.3f}, "
+        f"LA {std.get(('1', 'LA'), float('nan')):.3f}, "
+        f"fVB {std.get(('1', 'fVB'), float('nan')):.3f}, "
         f"MCMC {std.get(('1', 'MCMC'), float('nan')):.3f}; example 2 EP "
         f"{std.get(('2', 'EP'), float('nan')):.3f}, fEP {std.get(('2', 'fEP'), float('nan')):.3f}, "
         f"MCMC {std.get(('2', 'MCMC'), float('nan')):.3f}. TV distance to MCMC density of f(2), "
@@ -280,10 +304,12 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         notes=(
             "The paper does not publish the two data sets; we built them from its description "
             "(see the module docstring), so the numbers are not comparable one-to-one. "
-            "nu is fixed at 4 for EP/fEP/LA/VB/fVB (the paper's MAP includes nu); MCMC samples "
-            "nu. Fig. 2 uses converged EP on sites 3..n (the paper: one sequential EP sweep) "
-            "with nu and sigma given in the config, on standardised targets. 'agrees' checks "
-            "EP's f(2) std > LA's and fVB's in example 1 and EP's > fEP's in example 2."
+            "With optimize_df (default) every method's MAP includes nu, as in the paper; MCMC "
+            "samples nu. Fig. 2 uses converged EP on sites 3..n (the paper: one sequential "
+            "EP sweep) with nu and sigma given in the config, on standardised targets. "
+            "'agrees' checks that EP's f(2) density is closer to MCMC's (total variation, by "
+            "> 0.05) than LA's and fVB's in example 1, and that EP's f(2) std exceeds fEP's "
+            "in example 2."
         ),
     )
 
@@ -299,10 +325,26 @@ EXPERIMENT = register(
             "(eta=0.5) is more localised; the two-outlier tilted distribution is bimodal and "
             "flatter with eta=0.5."
         ),
-        quick={"n_regular": 30, "n_grid": 111, "methods": list(METHODS), "n_mcmc": 300,
-               "fig2_df": 2.0, "fig2_scale": 0.1, "fig2_grid": 121},
-        full={"n_regular": 40, "n_grid": 221, "methods": list(METHODS), "n_mcmc": 3000,
-              "fig2_df": 2.0, "fig2_scale": 0.1, "fig2_grid": 201},
+        quick={
+            "n_regular": 30,
+            "optimize_df": True,
+            "n_grid": 111,
+            "methods": list(METHODS),
+            "n_mcmc": 300,
+            "fig2_df": 2.0,
+            "fig2_scale": 0.1,
+            "fig2_grid": 121,
+        },
+        full={
+            "n_regular": 40,
+            "optimize_df": True,
+            "n_grid": 221,
+            "methods": list(METHODS),
+            "n_mcmc": 3000,
+            "fig2_df": 2.0,
+            "fig2_scale": 0.1,
+            "fig2_grid": 201,
+        },
         run=run,
         report=report,
     )
