@@ -1,10 +1,28 @@
 """robustep: robust Expectation Propagation and belief propagation.
 
-See the README for a quick start and docs/architecture.md for the design.
+Estimators (scikit-learn API): :class:`GPClassifier`, :class:`StudentTGPRegressor`,
+:class:`BayesPointMachine`, :class:`StudentTProcessClassifier`.  Engines:
+:func:`robustep.ep.expectation_propagation`, :mod:`robustep.tep`,
+:func:`robustep.mrf.belief_propagation`.  See the README for a quick start and
+docs/architecture.md for the design.
 """
 
 from robustep._config import config, get_config
+from robustep.estimators import (
+    BayesPointMachine,
+    GPClassifier,
+    StudentTGPRegressor,
+    StudentTProcessClassifier,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["config", "get_config", "__version__"]
+__all__ = [
+    "BayesPointMachine",
+    "GPClassifier",
+    "StudentTGPRegressor",
+    "StudentTProcessClassifier",
+    "__version__",
+    "config",
+    "get_config",
+]

@@ -32,9 +32,8 @@ class Settings:
     student_t_quadrature_points : int
         Nodes per integration panel for the (possibly bimodal) Student-t tilted distribution.
     min_cavity_precision : float
-        Cavity precisions at or below this are treated as invalid (site update skipped).
-    refactor_every : int
-        Sequential EP refactorises the posterior after this many rank-one updates.
+        A cavity precision at or below this fraction of the marginal (reference)
+        precision is treated as invalid: that site is not updated and is reported.
     """
 
     jitter: float = 1e-10
@@ -42,7 +41,6 @@ class Settings:
     quadrature_points: int = 48
     student_t_quadrature_points: int = 40
     min_cavity_precision: float = 1e-12
-    refactor_every: int = 50
 
 
 _current: contextvars.ContextVar[Settings] = contextvars.ContextVar(

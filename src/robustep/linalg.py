@@ -94,6 +94,8 @@ def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None):
 
 
 def _triangular_inverse(L):
+    if L.shape[0] == 0:
+        return np.zeros((0, 0))
     Linv, info = lapack.dtrtri(L, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError("singular triangular factor")

@@ -23,6 +23,7 @@ import numbers
 import warnings
 
 import numpy as np
+from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep._config import get_config
@@ -259,6 +260,7 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
 
     eta = ctx.power
     step = eta / (1.0 + eta)  # diagonal Newton step along the moment-matching direction
+    idle_outer = 0
     while True:
         if ev.residual < ctx.tol and np.all(ev.valid):
             return ev, "converged"
@@ -266,6 +268,9 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
             return ev, "max_iter"
         if not np.isfinite(ev.objective):
             return ev, "invalid"
+        if idle_outer >= 3:  # neither inner steps nor outer updates make progress
+            return ev, "stalled"
+        n_before = ctx.n_iter
         start_size = None
         for _ in range(max_inner):
             tilt_prec = ev.cav_precision + eta * ev.proposal_precision
@@ -288,6 +293,7 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
                 return ev, "callback"
             if ctx.n_iter >= ctx.max_iter:
                 break
+        idle_outer = idle_outer + 1 if ctx.n_iter == n_before else 0
         ev = _outer_update(ctx, ev)
 
 
@@ -380,11 +386,16 @@ def _run_sequential(ctx, ev, *, robust):
     eta = ctx.power
     step = 1.0 - ctx.damping
     min_cav = get_config().min_cavity_precision
+    stuck = 0
     while True:
         if ev.residual < ctx.tol and np.all(ev.valid):
             return ev, "converged"
         if ctx.n_iter >= ctx.max_iter:
             return ev, "max_iter"
+        # every valid site has converged but some cavities stay invalid: EP is stuck
+        stuck = stuck + 1 if (ev.residual < ctx.tol and not np.all(ev.valid)) else 0
+        if stuck >= 3:
+            return ev, "invalid cavities"
         precision, shift = ev.precision.copy(), ev.shift.copy()
         Sigma = ev.post.covariance()
         mu = ev.post.mean.copy()
@@ -437,6 +448,15 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
         raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
     if K.shape[0] and not np.allclose(K, K.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(K))):
         raise ValueError("K must be symmetric")
+    if K.shape[0]:
+        # one Cholesky (small next to an EP run) rejects an indefinite prior up front
+        scale = max(float(np.mean(np.diag(K))), np.finfo(float).tiny)
+        _, info = lapack.dpotrf(K + 1e-8 * scale * np.eye(K.shape[0]), lower=1)
+        if info != 0:
+            raise ValueError(
+                "K is not positive semi-definite (Cholesky failed even with relative jitter "
+                "1e-8); check the kernel and its hyperparameters, or add a WhiteKernel"
+            )
     y = likelihood.validate_targets(y)
     if y.shape[0] != K.shape[0]:
         raise ValueError(f"y has {y.shape[0]} entries but K is {K.shape[0]} x {K.shape[0]}")

@@ -1,1 +1,13 @@
-"""robustep.estimators."""
+"""scikit-learn estimators built on the EP engines."""
+
+from robustep.estimators.bpm import BayesPointMachine
+from robustep.estimators.gp_classifier import GPClassifier
+from robustep.estimators.student_t_process import StudentTProcessClassifier
+from robustep.estimators.student_t_regressor import StudentTGPRegressor
+
+__all__ = [
+    "BayesPointMachine",
+    "GPClassifier",
+    "StudentTGPRegressor",
+    "StudentTProcessClassifier",
+]

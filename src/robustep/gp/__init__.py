@@ -1,1 +1,0 @@
-"""robustep.gp."""
