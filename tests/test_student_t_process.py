@@ -75,8 +75,8 @@ def test_fit_optimises_evidence_and_predicts():
 
 
 def test_labels_and_errors():
-    X, _ = _data(n=20)
-    y = np.array(["a", "b"] * 10)
+    X, y01 = _data(n=20)
+    y = np.where(y01 == 1, "b", "a")
     clf = StudentTProcessClassifier(optimizer=None, label_noise=0.1).fit(X, y)
     assert set(clf.predict(X)) <= {"a", "b"} and list(clf.classes_) == ["a", "b"]
     with pytest.raises(ValueError, match="Only binary classification is supported"):
