@@ -66,7 +66,9 @@ def main(argv=None):
             ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
             for _ in range(3):
                 ev = _parallel_step(ctx, ev, 1.0, True)[0]
-            sweep = best_time(lambda ev=ev: _parallel_step(ctx, ev, 1.0, True), args.repeat)
+            sweep = best_time(
+                lambda ctx=ctx, ev=ev: _parallel_step(ctx, ev, 1.0, True), args.repeat
+            )
             t = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -79,8 +81,10 @@ def main(argv=None):
 
         print("GPy is installed: compare with benchmarks/gpc.py")
     except ImportError:
-        print("GPy is not installed (pip install GPy==1.15 to compare); issue reference: "
-              "GPy 1.15 EP at n=2000 took 170 s (about 3400 Cholesky-times) on this machine.")  # fmt: skip
+        print(
+            "GPy is not installed (pip install GPy==1.15 to compare); issue reference: "
+            "GPy 1.15 EP at n=2000 took 170 s (about 3400 Cholesky-times) on this machine."
+        )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ class Settings:
     min_cavity_precision: float = 1e-12
 
 
+# Settings is a frozen dataclass, so sharing one default instance is safe.
 _current: contextvars.ContextVar[Settings] = contextvars.ContextVar(
-    "robustep_settings", default=Settings()
+    "robustep_settings",
+    default=Settings(),  # noqa: B039
 )
 
 
