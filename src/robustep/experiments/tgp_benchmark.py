@@ -228,6 +228,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     agrees = None
     if st_better_than_ga and ep_vs_la:
         agrees = bool(all(st_better_than_ga) and np.mean(ep_vs_la) > 0)
+        cpu = cpu_rows.get("EP1", [])
+        if agrees and cpu and np.mean(cpu) > 1.5:
+            agrees = None  # accuracy agrees, but EP1 is much slower than the paper's 0.8 x LA1
     return ExperimentSummary(
         measured=measured,
         agrees=agrees,
@@ -239,7 +242,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             "N(0,1) noise and MAE the noise-free latent function. Quick mode uses fewer data sets, "
             "folds, methods and MCMC draws (see the config), so it checks the pipeline more than "
             "the paper's numbers. 'agrees' = every Student-t method beats GA in MLPD on every data "
-            "set and EP1 beats LA1 on average."
+            "set and EP1 beats LA1 on average; 'partly' when that holds but EP1 costs more than "
+            "1.5 x LA1 (the paper: about 0.8 x)."
         ),
     )
 
