@@ -90,7 +90,10 @@ def test_synthetic_generator_shapes_and_labels():
     assert X.shape == (60, 2) and set(np.unique(y)) == {-1.0, 1.0}
 
 
-def test_rep_uci_missing_data_propagates(tmp_path):
+def test_rep_uci_missing_data_propagates(tmp_path, monkeypatch):
+    # no other place to find the file: not $ROBUSTEP_DATA, not ~/robustep_data
+    monkeypatch.delenv("ROBUSTEP_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
     cfg = dict(rep_uci.EXPERIMENT.quick, datasets=["heart"], data_home=str(tmp_path))
     with pytest.raises(DataUnavailableError):
         rep_uci.run(cfg, 0)
