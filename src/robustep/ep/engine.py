@@ -158,6 +158,8 @@ class _Context:
                     "phase": phase,
                     "site_precision": ev.precision.copy(),
                     "site_shift": ev.shift.copy(),
+                    "mean": ev.post.mean.copy(),
+                    "alpha": ev.post.alpha.copy(),
                     "max_change": float(change),
                     "residual": float(residual),
                     "log_Z": float(ev.objective),
@@ -525,8 +527,9 @@ def expectation_propagation(
     tol : convergence when the largest undamped site change (natural parameters) < tol.
     init : None (sites zero, q = prior), a ``(site_precision, site_shift)`` pair, or an
         :class:`EPResult` (warm start).
-    callback : called after every sweep with a dict (iteration, phase, site parameters,
-        max_change, residual, log_Z); return True to stop.
+    callback : called after every sweep with a dict (iteration, phase, site_precision,
+        site_shift, mean (posterior mean of f), alpha (mu = K alpha), max_change, residual,
+        log_Z); return True to stop.
     site_update : site update rule (see :mod:`robustep.ep.updates`); default moment matching.
     n_parallel_init : number of parallel sweeps before the double loop when
         ``double_loop=True`` (0 gives a pure double loop).  With the automatic choice

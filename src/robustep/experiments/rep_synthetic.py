@@ -7,9 +7,10 @@ training labels (r = 10%, 20%) and uses the noisy-step likelihood with ε = r.  
 width (the step likelihood is invariant to the kernel's amplitude) is chosen by k-fold
 cross-validation of damped-EP test error on the training set and shared by all methods.
 Methods: EP, PEP (u = 0.8), DEP (damping 0.5), REP (c = 10), all with the sequential
-schedule (the papers' algorithm).  Convergence: R = ‖m_iter − m_iter−1‖₂ < 1e−3 with m the
-site means (ICML §6.1); a run that does not reach it within ``max_iter`` sweeps is counted
-as divergent.
+schedule (the papers' algorithm).  Convergence: R = ‖α_iter − α_iter−1‖₂ < 1e−3 with α the
+GP parameter of the posterior mean, μ = K α (long version §6; the ICML text calls it "the GP
+message parameter m"; site means ν̃/τ̃ would be dominated by sites with tiny precision); a
+run that does not reach it within ``max_iter`` sweeps is counted as divergent.
 """
 
 from __future__ import annotations
@@ -50,14 +51,13 @@ def _settings(method, config):
 def fit_method(K, y, eps, method, config, schedule="sequential"):
     """Run one method; returns (EPResult, R history (list), converged by R < threshold)."""
     from robustep.ep import expectation_propagation
-    from robustep.ep.rep import site_means
     from robustep.likelihoods import NoisyStep
 
     R, state = [], {"m": None}
     threshold = float(config["R_threshold"])
 
     def callback(info):
-        m = site_means(info["site_precision"], info["site_shift"], 1.0)
+        m = info["alpha"]
         if state["m"] is not None:
             R.append(float(np.linalg.norm(m - state["m"])))
         state["m"] = m
