@@ -112,9 +112,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         axes[0, j].set_title(f"({r['panel']}) {name}", fontsize=8)
         axes[0, j].set_xscale("log")
         finite = nl[np.isfinite(nl)]
-        if finite.size:
-            lo = np.min(finite)
-            axes[0, j].set_ylim(lo - 1, lo + 15)
+        if finite.size:  # frame the end of the run; early transients may leave the frame
+            last = finite[-1]
+            axes[0, j].set_ylim(last - 5, last + 15)
         sp = np.array(r["site_precision"], dtype=float)
         if sp.size:
             for k in range(sp.shape[1]):
