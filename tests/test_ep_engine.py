@@ -404,12 +404,6 @@ def _mild_student_t():
     return K, y, StudentT(df=4.0, scale=0.2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG/regression (engine of 16:15: patience 3, max_inner 2, new _outer_update): "
-    "robust EP (parallel -> double loop) reaches the right fixed point but stalls at residual "
-    "~2e-8 and hits max_iter=1000; the engine of 16:05 converged to 1e-9",
-)
 def test_robust_default_converges_where_plain_parallel_oscillates():
     """Noisy step, power 0.5: undamped plain parallel EP oscillates; robust EP must converge."""
     K, y, lik = _problem("noisy_step")

@@ -8,9 +8,10 @@ default; relaxed EP supplies its own) and the numerical settings in
 Robust parallel EP (``robust=True``) follows Jylänki, Vanhatalo & Vehtari
 (2011) §4: parallel sweeps whose step is limited so that every cavity precision
 stays positive and the posterior stays valid (modification 2); while they make
-steady progress they continue, and when they stall or oscillate the run
-switches to the double-loop algorithm (modifications 1, 3, 4), whose inner
-loop minimises the convex EP objective for fixed reference marginals by
+steady progress they continue, when they stall or oscillate the step is halved
+(twice at most), and then the run switches to the double-loop algorithm
+(modifications 1, 3, 4), whose inner loop minimises the convex EP objective for
+fixed reference marginals by
 moment-matching directions with a line search, and whose outer loop resets
 the reference marginals to q's marginals.  See docs/derivations/ep_evidence.md
 and docs/derivations/double_loop.md.
@@ -201,14 +202,15 @@ def _parallel_step(ctx, ev, step, robust):
     return None, 0.0, 0.0, True
 
 
-def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0):
+def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, step=None):
     """Parallel sweeps until convergence, ``max_sweeps``, or (with ``patience``) stalling.
 
     ``patience``: after ``min_sweeps`` sweeps, stop with status "stalled" when the
     residual has not reached a new minimum (by at least 10%) for this many
     consecutive sweeps; also "stalled" when a step had to be rejected entirely.
+    ``step`` defaults to 1 - damping.
     """
-    step = 1.0 - ctx.damping
+    step = 1.0 - ctx.damping if step is None else step
     best, since_best = np.inf, 0
     for sweep in range(max_sweeps):
         if ev.residual < ctx.tol and np.all(ev.valid):
@@ -518,9 +520,10 @@ def expectation_propagation(
     damping : weight kept on the old site value, in [0, 1); step delta = 1 - damping
         (Jylänki et al. 2011 eqs. 12, 15).
     power : fractional EP power eta in (0, 1] (eqs. 14–15).
-    robust : parallel schedule: keep cavity precisions positive, and switch to the
-        double loop when parallel sweeps stall (§4).  Sequential schedule: skip sites
-        with non-positive cavity precision and shorten steps that would make the
+    robust : parallel schedule: keep cavity precisions positive; when parallel sweeps stall
+        or oscillate, halve the step (at most twice) and then switch to the double loop
+        (§4).  Sequential schedule: skip sites with non-positive cavity precision and
+        shorten steps that would make the
         posterior indefinite.  ``robust=False`` still never produces NaN: invalid
         cavities are skipped and invalid configurations are halved back.
     max_iter : maximum number of sweeps (inner iterations in the double loop).
@@ -569,14 +572,17 @@ def expectation_propagation(
             if double_loop:
                 ev, status = _run_parallel(ctx, ev, robust=True, max_sweeps=n_parallel_init)
             else:
-                ev, status = _run_parallel(
-                    ctx,
-                    ev,
-                    robust=True,
-                    max_sweeps=max_iter,
-                    patience=5,
-                    min_sweeps=n_parallel_init,
-                )
+                # Damped parallel initialisation: undamped (or the user's damping) first; when
+                # the sweeps stall or oscillate, halve the step twice before the double loop.
+                step, min_sweeps = 1.0 - damping, n_parallel_init
+                for _ in range(3):
+                    ev, status = _run_parallel(
+                        ctx, ev, robust=True, max_sweeps=max_iter, patience=5,
+                        min_sweeps=min_sweeps, step=step,
+                    )  # fmt: skip
+                    if status != "stalled" or ctx.n_iter >= max_iter:
+                        break
+                    step, min_sweeps = 0.5 * step, 5
             if status in ("stalled", "max_iter") and ctx.n_iter < max_iter:
                 ev, status = _run_double_loop(
                     ctx, _evaluate(ctx, ev.precision, ev.shift), max_inner=max_inner
