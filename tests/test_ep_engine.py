@@ -656,9 +656,10 @@ def test_plain_parallel_ep_on_conflicting_outliers_recorded():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG (engine, sequential): with damping the outlier site x=1.8 gets a non-positive "
-    "cavity after ~5 passes; _run_sequential skips it forever, every other site converges, and "
-    "the run spins to max_iter with log_Z = NaN (residual ~1e-7 on valid sites)",
+    reason="KNOWN LIMITATION (engine, sequential): with damping the outlier site x=1.8 gets a "
+    "non-positive cavity after ~5 passes (its leave-one-out marginal is improper because of the "
+    "other outlier's negative site); every other site converges around it and the run stops "
+    "with 'invalid cavities' and log_Z = NaN instead of reaching the EP fixed point",
 )
 def test_sequential_damped_ep_converges_on_conflicting_outliers():
     # Jylänki et al. (2011) Fig. 3 shows damped sequential EP (delta = 0.5) converging here.
