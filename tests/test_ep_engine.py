@@ -671,19 +671,35 @@ def test_sequential_damped_ep_converges_on_conflicting_outliers():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (engine, double loop): on the example-2 problem the double loop does not "
-    "converge in 500 inner iterations although robust parallel EP needs 18 sweeps. "
-    "n_parallel_init=0: the line-search step collapses to ~1e-15 (history['step']) and stays "
-    "there, residual 0.028 (0.024 with the 16:05 engine); n_parallel_init=5: steps alternate "
-    "0.015/0.03, residual 0.44 (16:30 engine; 16:05 engine: steps ~1e-14, residual 0.030)",
-)
-@pytest.mark.parametrize("n_init", [0, 5])
-def test_double_loop_converges_on_conflicting_outliers(n_init):
+def test_pure_double_loop_converges_on_conflicting_outliers():
+    """The double loop from zero sites converges to a valid EP fixed point.
+
+    On this problem EP has (at least) two fixed points; the double loop finds one with a
+    larger log Z_EP (smaller free energy) than parallel EP's, which Jylänki et al. (2011)
+    §3.6 name the one to choose.
+    """
     _, K, y, lik = _jylanki_example2()
     ref = _ep(K, y, lik, tol=1e-6)
-    res = _ep(K, y, lik, double_loop=True, n_parallel_init=n_init, tol=1e-4, max_iter=500)
+    res = _ep(K, y, lik, double_loop=True, n_parallel_init=0, tol=1e-4, max_iter=500)
+    assert res.converged and res.n_invalid_cavities == 0
+    _, m_hat, v_hat = lik.tilted_moments(y, res.cavity_mean, res.cavity_var, 1.0)
+    np.testing.assert_allclose(m_hat, res.mean, atol=1e-3)
+    np.testing.assert_allclose(v_hat, res.var, rtol=1e-3, atol=1e-6)
+    assert res.log_Z >= ref.log_Z - 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="KNOWN LIMITATION (engine, double loop): after 5 parallel sweeps the double loop "
+    "heads for parallel EP's fixed point but converges linearly and slowly (residual about 0.5 "
+    "after 500 iterations): the outlier site at x=2.2 must grow while its cavity is nearly "
+    "empty, so the line search keeps steps near 0.01-0.03",
+)
+def test_double_loop_after_parallel_init_converges_on_conflicting_outliers():
+    _, K, y, lik = _jylanki_example2()
+    ref = _ep(K, y, lik, tol=1e-6)
+    res = _ep(K, y, lik, double_loop=True, n_parallel_init=5, tol=1e-4, max_iter=500)
     assert res.converged
     _assert_same_fixed_point(ref, res, tol=1e-3)
 

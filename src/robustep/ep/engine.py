@@ -354,14 +354,28 @@ def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
             return trial, t
         if np.isfinite(f1):
             slope1 = _directional(trial, dp, ds, eta)
-            # Near the optimum L's rounding noise hides the decrease: accept by the
-            # approximate Wolfe conditions of Hager & Zhang (2005).
-            if f1 <= f0 + 1e-10 * abs(f0) and abs(slope1) <= 0.9 * abs(slope_t):
+            # Near the optimum the rounding noise of L (quadrature, log-determinant; about
+            # 1e-10 relative) hides the decrease.  Accept by the approximate Wolfe conditions
+            # of Hager & Zhang (2005), or when L stays within its noise while the
+            # moment-matching residual shrinks.
+            noise = 1e-9 * max(1.0, abs(f0))
+            if f1 <= f0 + noise and (
+                abs(slope1) <= 0.9 * abs(slope_t)
+                or _direction_size(trial, eta) <= 0.9 * max_abs(d_prec, d_shift)
+            ):
                 return trial, t
             t *= _interpolate_step(f0, slope_t, f1, slope1, 1.0)
         else:
             t *= 0.5
     return None, 0.0
+
+
+def _direction_size(ev, eta):
+    """Largest entry of the moment-matching direction (lambda_tilted - lambda_q) / eta."""
+    return max_abs(
+        (ev.cav_precision + eta * ev.proposal_precision - ev.marg_precision) / eta,
+        (ev.cav_shift + eta * ev.proposal_shift - ev.marg_shift) / eta,
+    )
 
 
 def _interpolate_step(f0, g0, f1, g1, t):
