@@ -8,8 +8,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 
+from _reference_gaussian_ep import gaussian_bpm_ep
 from robustep.estimators.bpm import BayesPointMachine
-from robustep.tep.gaussian_reference import gaussian_bpm_ep
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from threadpoolctl import threadpool_limits
 
-from robustep.baselines import _student_t as st
-from robustep.baselines._testing import GaussianReference, StudentTReference
+import _reference_student_t as st
+from _reference_likelihoods import GaussianReference, StudentTReference
 from robustep.baselines.importance import ais_log_marginal_likelihood, annealing_schedule
 
 

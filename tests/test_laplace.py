@@ -6,7 +6,7 @@ from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from threadpoolctl import threadpool_limits
 
-from robustep.baselines._testing import GaussianReference, StudentTReference
+from _reference_likelihoods import GaussianReference, StudentTReference
 from robustep.baselines.laplace import (
     laplace_approximation,
     laplace_log_marginal_likelihood_gradient,

@@ -9,8 +9,8 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 
+from _reference_gaussian_ep import gaussian_gpc_ep
 from robustep.estimators.student_t_process import StudentTProcessClassifier, default_kernel
-from robustep.tep.gaussian_reference import gaussian_gpc_ep
 
 
 @pytest.fixture(autouse=True)

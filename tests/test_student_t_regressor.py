@@ -10,7 +10,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 
-from robustep.baselines import _student_t as st
+import _reference_student_t as st
 from robustep.estimators.student_t_regressor import StudentTGPRegressor, default_df_grid
 
 

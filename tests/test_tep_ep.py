@@ -5,9 +5,9 @@ import pytest
 from scipy import integrate, optimize
 from threadpoolctl import threadpool_limits
 
+from _reference_gaussian_ep import gaussian_bpm_ep, gaussian_gpc_ep
 from robustep.families import t_exponential as te
 from robustep.tep.ep import linear_log_marginal_likelihood, linear_posterior, linear_tep
-from robustep.tep.gaussian_reference import gaussian_bpm_ep, gaussian_gpc_ep
 from robustep.tep.likelihood import tilted_normaliser
 from robustep.tep.process import process_log_marginal_likelihood, process_posterior, process_tep
 

@@ -33,7 +33,7 @@ from scipy import linalg
 from scipy.special import gammaln
 from sklearn.utils import check_random_state
 
-from robustep.baselines import _student_t as st
+from robustep.likelihoods import StudentT
 
 __all__ = [
     "MCMCResult",
@@ -208,7 +208,7 @@ class MCMCResult:
         y_test = np.asarray(y_test, float)
         lp = np.array(
             [
-                st.log_predictive_density(y_test, M[j], Vv[j], self.df[s], self.scale[s])
+                StudentT(self.df[s], self.scale[s]).tilted_moments(y_test, M[j], Vv[j])[0]
                 for j, s in enumerate(idx)
             ]
         )

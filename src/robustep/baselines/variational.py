@@ -42,6 +42,7 @@ from scipy.special import digamma, gammaln
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines import _student_t as st
+from robustep.likelihoods import StudentT
 
 __all__ = [
     "VBResult",
@@ -153,7 +154,7 @@ class VBResult:
 
 def _vb_bound(gp, y, gamma, df, scale):
     x0 = np.maximum((df + 1.0) * gamma - df * scale**2, 0.0)
-    minus_half_h = st.log_prob(y, y + np.sqrt(x0), df, scale) + 0.5 * x0 / gamma
+    minus_half_h = StudentT(df, scale).log_prob(y, y + np.sqrt(x0)) + 0.5 * x0 / gamma
     return gp.log_marginal() + float(np.sum(0.5 * np.log(2 * np.pi * gamma) + minus_half_h))
 
 
@@ -209,7 +210,7 @@ def vb_log_marginal_likelihood_gradient(result: VBResult, K_gradient, likelihood
         K_gradient = K_gradient[:, :, None]
     gk = result._gp.kernel_gradient(K_gradient)
     x0 = np.maximum((df + 1.0) * result.gamma - df * scale**2, 0.0)
-    gl = st.log_prob_log_param_gradient(y, y + np.sqrt(x0), df, scale).sum(axis=0)
+    gl = StudentT(df, scale).log_prob_parameter_gradient(y, y + np.sqrt(x0)).sum(axis=0)
     return gk, gl
 
 

@@ -3,7 +3,6 @@
 * :mod:`robustep.tep.likelihood` — noisy step likelihood: Z1, Z2, gradients, Theorem 1.
 * :mod:`robustep.tep.ep` — ADF / EP for the linear Bayes point machine, evidence (Theorem 2).
 * :mod:`robustep.tep.process` — EP for Student-t process classification.
-* :mod:`robustep.tep.gaussian_reference` — independent Gaussian EP used by the tests.
 """
 
 from robustep.tep.ep import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robustep.baselines import _student_t as st
+import _reference_student_t as st
 from robustep.likelihoods.base import Likelihood
 
 
