@@ -55,6 +55,7 @@ class _Evaluation:
     proposal_shift: np.ndarray
     info: dict
     objective: float  # L(lambda~; lambda_s), NaN if any cavity invalid
+    ref_is_q: bool  # lambda_s are q's marginals (then objective = log Z_EP)
 
     @property
     def marg_precision(self):
@@ -115,7 +116,7 @@ def _evaluate(ctx, precision, shift, ref=None, post=None):
     )
     return _Evaluation(
         precision, shift, post, ref_precision, ref_shift, cav_precision, cav_shift, valid,
-        log_Z, prop_precision, prop_shift, info, objective,
+        log_Z, prop_precision, prop_shift, info, objective, ref is None,
     )  # fmt: skip
 
 
@@ -172,6 +173,15 @@ class _Context:
         return False
 
 
+def _stop_status(ctx, ev):
+    """Return "converged" (residual below tol, all cavities valid), "max_iter", or None."""
+    if ev.residual < ctx.tol and np.all(ev.valid):
+        return "converged"
+    if ctx.n_iter >= ctx.max_iter:
+        return "max_iter"
+    return None
+
+
 # --------------------------------------------------------------------------- parallel
 def _parallel_step(ctx, ev, step, robust):
     """One parallel EP sweep from evaluation ``ev`` (reference = q's marginals).
@@ -213,10 +223,9 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
     step = 1.0 - ctx.damping if step is None else step
     best, since_best = np.inf, 0
     for sweep in range(max_sweeps):
-        if ev.residual < ctx.tol and np.all(ev.valid):
-            return ev, "converged"
-        if ctx.n_iter >= ctx.max_iter:
-            return ev, "max_iter"
+        status = _stop_status(ctx, ev)
+        if status:
+            return ev, status
         new_ev, change, used, _ = _parallel_step(ctx, ev, step, robust)
         if new_ev is None:
             return ev, "stalled"
@@ -229,9 +238,7 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
             since_best += 1
         if patience is not None and since_best >= patience and sweep + 1 >= min_sweeps:
             return ev, "stalled"
-    if ev.residual < ctx.tol and np.all(ev.valid):
-        return ev, "converged"
-    return ev, "max_iter"
+    return ev, _stop_status(ctx, ev) or "max_iter"
 
 
 # --------------------------------------------------------------------------- double loop
@@ -266,10 +273,9 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
     step = eta / (1.0 + eta)  # diagonal Newton step along the moment-matching direction
     idle_outer = 0
     while True:
-        if ev.residual < ctx.tol and np.all(ev.valid):
-            return ev, "converged"
-        if ctx.n_iter >= ctx.max_iter:
-            return ev, "max_iter"
+        status = _stop_status(ctx, ev)
+        if status:
+            return ev, status
         if not np.isfinite(ev.objective):
             return ev, "invalid"
         if idle_outer >= 3:  # neither inner steps nor outer updates make progress
@@ -406,10 +412,9 @@ def _run_sequential(ctx, ev, *, robust):
     min_cav = get_config().min_cavity_precision
     stuck = 0
     while True:
-        if ev.residual < ctx.tol and np.all(ev.valid):
-            return ev, "converged"
-        if ctx.n_iter >= ctx.max_iter:
-            return ev, "max_iter"
+        status = _stop_status(ctx, ev)
+        if status:
+            return ev, status
         # every valid site has converged but some cavities stay invalid: EP is stuck
         stuck = stuck + 1 if (ev.residual < ctx.tol and not np.all(ev.valid)) else 0
         if stuck >= 3:
@@ -607,8 +612,10 @@ def expectation_propagation(
 
 
 def _finish(ctx, ev, status):
-    # the final state is always described with reference = q's marginals
-    ev = _evaluate(ctx, ev.precision, ev.shift, post=ev.post)
+    # the final state is always described with reference = q's marginals (the parallel
+    # and sequential schedules end on such an evaluation; the double loop may not)
+    if not ev.ref_is_q:
+        ev = _evaluate(ctx, ev.precision, ev.shift, post=ev.post)
     converged = bool(ev.residual < ctx.tol and np.all(ev.valid))
     n_invalid = int(np.count_nonzero(~ev.valid))
     cav_var = np.where(ev.valid, 1.0 / np.where(ev.valid, ev.cav_precision, 1.0), np.nan)
