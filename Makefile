@@ -8,8 +8,9 @@ OUT    ?= report
 export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
 JOBS   ?= 2
 # Multithreaded OpenBLAS is pathologically slow on the small triangular solves of
-# EP sweeps when cores are shared (measured 24 ms vs 0.003 ms for n = 42); the
-# test workers and experiments run one BLAS thread each.
+# EP sweeps when the cores are busy (python benchmarks/blas_threads.py: 24 ms against
+# 3 us for n = 42 at load average 14; about equal on an idle machine); the test
+# workers and experiments run one BLAS thread each.
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 

@@ -564,8 +564,9 @@ def expectation_propagation(
     max_inner : inner-loop iterations per outer update of the double loop (default 2,
         as in Jylänki et al. §4).  1 makes every parallel step line-searched on the EP
         objective (modifications 1, 2, 4); larger values iterate the inner loop towards
-        consistency (modification 3).  On our example-2 problem 2 converged fastest of
-        {1, 2, 3, 5, 10} (see docs/benchmarks.md).
+        consistency (modification 3).  On four seeds of example 2, 2 converged fastest
+        where it converged (3 of 4 seeds); only 10 converged on all four, more slowly
+        (``python benchmarks/double_loop.py``, docs/benchmarks.md).
 
     Returns
     -------
