@@ -46,6 +46,7 @@ import numpy as np
 from scipy import special
 
 from robustep._config import get_config
+from robustep.quadrature import gauss_hermite
 
 __all__ = [
     "relaxed_cavity",
@@ -114,14 +115,14 @@ def expected_log_likelihood(likelihood, y, mean, var, log_Z=None):
         wrong = special.xlogy(eps, eps)
         Z = (1.0 - eps) * p_right + eps * p_wrong
         return (right * p_right + wrong * p_wrong) / Z
-    nodes, weights = np.polynomial.hermite_e.hermegauss(get_config().quadrature_points)
-    weights = weights / np.sqrt(2.0 * np.pi)
+    nodes, log_w = gauss_hermite(get_config().quadrature_points)  # E_{N(0,1)} rule
+    weights = np.exp(log_w)
     f = mean[..., None] + np.sqrt(var)[..., None] * nodes
     logp = likelihood.log_prob(np.broadcast_to(y[..., None], f.shape).ravel(), f.ravel()).reshape(
         f.shape
     )
     if log_Z is None:
-        log_Z = special.logsumexp(logp, b=weights, axis=-1)
+        log_Z = special.logsumexp(logp + log_w, axis=-1)
     p = np.exp(logp - np.asarray(log_Z)[..., None])
     integrand = np.where(p > 0, p * np.where(np.isfinite(logp), logp, 0.0), 0.0)
     return integrand @ weights
