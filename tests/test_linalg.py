@@ -250,3 +250,12 @@ def test_jittered_cholesky_clear_failure():
         jittered_cholesky(np.ones((2, 3)))
     with pytest.raises(ValueError, match="NaN"):
         jittered_cholesky(np.array([[1.0, np.nan], [np.nan, 1.0]]))
+
+
+def test_jittered_cholesky_can_stay_silent():
+    A = np.ones((3, 3))  # rank one: needs jitter
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        L, added = jittered_cholesky(A, warn=False)
+    assert added > 0
+    np.testing.assert_allclose(L @ L.T, A + added * np.eye(3), atol=1e-12)

@@ -48,7 +48,7 @@ class InvalidSiteConfiguration(np.linalg.LinAlgError):
     """The site precisions make ``K^-1 + diag(tau)`` indefinite (too negative sites)."""
 
 
-def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None):
+def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None, warn=True):
     """Cholesky factor of a symmetric matrix, adding diagonal jitter on failure.
 
     Parameters
@@ -56,6 +56,8 @@ def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None):
     A : (n, n) symmetric matrix (not modified).
     jitter : first jitter relative to ``mean(diag(A))``; default from config.
     max_tries : number of tenfold jitter increases; default from config.
+    warn : emit a RuntimeWarning when jitter was needed (internal callers that
+        factorise many near-singular matrices pass False).
 
     Returns
     -------
@@ -79,6 +81,8 @@ def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None):
     for _ in range(max_tries):
         L, info = lapack.dpotrf(A + added * np.eye(A.shape[0]), lower=lower, clean=True)
         if info == 0:
+            if not warn:
+                return L, added
             warnings.warn(
                 f"matrix was not numerically positive definite; added jitter {added:.3g} "
                 "to its diagonal",

@@ -21,6 +21,8 @@ import numpy as np
 from scipy import linalg
 from sklearn.utils import check_random_state
 
+from robustep.linalg import jittered_cholesky
+
 __all__ = ["AISResult", "ais_log_marginal_likelihood", "annealing_schedule"]
 
 
@@ -111,10 +113,7 @@ def ais_log_marginal_likelihood(
     if n_chains < 1 or n_steps < 1:
         raise ValueError("n_chains and n_steps must be >= 1")
     rng = check_random_state(random_state)
-    try:
-        L = linalg.cholesky(K, lower=True)
-    except linalg.LinAlgError:
-        L = linalg.cholesky(K + 1e-10 * np.mean(np.diag(K)) * np.eye(n), lower=True)
+    L = jittered_cholesky(K, warn=False)[0]
     betas = annealing_schedule(n_temperatures, schedule)
 
     def log_lik_fn(F):

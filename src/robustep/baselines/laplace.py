@@ -35,29 +35,14 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep._config import get_config
+from robustep.linalg import jittered_cholesky
 
 __all__ = ["LaplaceResult", "laplace_approximation", "laplace_log_marginal_likelihood_gradient"]
 
 
 def _jittered_cholesky(K: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor of K, adding relative diagonal jitter on failure."""
-    cfg = get_config()
-    try:
-        return linalg.cholesky(K, lower=True, check_finite=False)
-    except linalg.LinAlgError:
-        pass
-    scale = max(float(np.mean(np.diag(K))), 1e-300)
-    jitter = cfg.jitter * scale if cfg.jitter > 0 else 1e-10 * scale
-    for _ in range(cfg.max_jitter_tries + 4):
-        try:
-            return linalg.cholesky(K + jitter * np.eye(K.shape[0]), lower=True, check_finite=False)
-        except linalg.LinAlgError:
-            jitter *= 10.0
-    raise linalg.LinAlgError(
-        "the kernel matrix is not positive definite even with jitter; check the kernel "
-        "hyperparameters (length-scales, magnitude) and duplicate inputs"
-    )
+    return jittered_cholesky(K, warn=False)[0]
 
 
 @dataclasses.dataclass

@@ -34,6 +34,7 @@ from scipy.special import gammaln
 from sklearn.utils import check_random_state
 
 from robustep.likelihoods import StudentT
+from robustep.linalg import jittered_cholesky
 
 __all__ = [
     "MCMCResult",
@@ -126,12 +127,7 @@ def _scaled_inv_chi2(rng, dof, s2):
 
 
 def _chol(A):
-    try:
-        return linalg.cholesky(A, lower=True, check_finite=False)
-    except linalg.LinAlgError:
-        return linalg.cholesky(
-            A + 1e-8 * np.mean(np.diag(A)) * np.eye(len(A)), lower=True, check_finite=False
-        )
+    return jittered_cholesky(A, warn=False)[0]
 
 
 def _log_marginal(K, V, y):

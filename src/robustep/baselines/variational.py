@@ -43,6 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines import _student_t as st
 from robustep.likelihoods import StudentT
+from robustep.linalg import jittered_cholesky
 
 __all__ = [
     "VBResult",
@@ -56,16 +57,7 @@ __all__ = [
 
 
 def _cholesky(A):
-    try:
-        return linalg.cholesky(A, lower=True, check_finite=False)
-    except linalg.LinAlgError:
-        jitter = 1e-10 * max(float(np.mean(np.diag(A))), 1e-300)
-        for _ in range(10):
-            try:
-                return linalg.cholesky(A + jitter * np.eye(len(A)), lower=True, check_finite=False)
-            except linalg.LinAlgError:
-                jitter *= 10
-        raise
+    return jittered_cholesky(A, warn=False)[0]
 
 
 @dataclasses.dataclass
