@@ -14,6 +14,7 @@ unknown experiment name; 130 if interrupted (the index then lists what finished)
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -52,6 +53,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
     rep.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes for an experiment's independent units (splits, folds, "
+        "repetitions); -1 uses all cores (default: 1)",
+    )
+    rep.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace one configuration entry of a single experiment; VALUE is JSON "
+        "(e.g. --set splits=20 --set 'datasets=[\"pima\"]'); recorded in run.json",
+    )
+    rep.add_argument(
         "--strict",
         action="store_true",
         help="exit with status 1 if an experiment failed (lacking data is not a failure)",
@@ -82,13 +100,36 @@ def _cmd_list() -> int:
     return 0
 
 
+def _parse_overrides(items: Sequence[str]) -> dict:
+    """``["key=json", ...]`` -> dict; a VALUE that is not JSON is taken as a string."""
+    overrides = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        overrides[key.strip()] = value
+    return overrides
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from robustep.experiments.report import STATUS_FAILED
     from robustep.experiments.runner import UnknownExperimentError, reproduce
 
     try:
-        records = reproduce(args.names, args.out, mode=args.mode, seed=args.seed)
-    except UnknownExperimentError as exc:
+        overrides = _parse_overrides(args.overrides)
+        records = reproduce(
+            args.names,
+            args.out,
+            mode=args.mode,
+            seed=args.seed,
+            jobs=args.jobs,
+            overrides=overrides,
+        )
+    except (UnknownExperimentError, ValueError) as exc:
         print(f"robustep reproduce: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from robustep.datasets import DataUnavailableError
 from robustep.experiments.base import Experiment, ExperimentSummary, registered
+from robustep.experiments.parallel import use_jobs
 from robustep.experiments.report import (
     STATUS_FAILED,
     STATUS_NO_DATA,
@@ -170,22 +171,35 @@ def run_experiment(
     *,
     mode: str = "quick",
     seed: int = 0,
+    jobs: int = 1,
+    overrides: dict[str, Any] | None = None,
 ) -> RunRecord:
     """Run one experiment into ``out/NAME`` and write its files (not the index).
 
-    Never raises for errors of the experiment itself: they are recorded in the
-    returned :class:`RunRecord` (status ``"no-data"`` or ``"failed"``).
+    ``jobs`` worker processes run the experiment's independent units
+    (:mod:`robustep.experiments.parallel`); ``overrides`` replaces entries of the
+    mode's configuration (unknown keys raise ``ValueError``); both are recorded in
+    ``run.json``.  Never raises for errors of the experiment itself: they are
+    recorded in the returned :class:`RunRecord` (status ``"no-data"`` or ``"failed"``).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    config = dict(getattr(experiment, mode))
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(config))
+    if unknown:
+        raise ValueError(
+            f"{experiment.name} has no configuration entries {unknown}; "
+            f"its {mode} configuration has: {sorted(config)}"
+        )
+    config.update(overrides)
     out_dir = Path(out) / experiment.name
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("traceback.txt", "results.json"):
         (out_dir / stale).unlink(missing_ok=True)
-    config = dict(getattr(experiment, mode))
     start = time.perf_counter()
     record = RunRecord(experiment.name, STATUS_OK, 0.0, out_dir)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, use_jobs(jobs) as used_jobs:
         warnings.simplefilter("always")
         _run_and_report(experiment, config, seed, out_dir, record)
     record.warnings = _summarise_warnings(caught)
@@ -198,6 +212,8 @@ def run_experiment(
         "status": record.status,
         "mode": mode,
         "seed": int(seed),
+        "jobs": used_jobs,
+        "overrides": overrides,
         "config": config,
         "wall_time": record.wall_time,
         "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -263,9 +279,14 @@ def reproduce(
     *,
     mode: str = "quick",
     seed: int = 0,
+    jobs: int = 1,
+    overrides: dict[str, Any] | None = None,
     log: Callable[[str], Any] | None = print,
 ) -> list[RunRecord]:
     """Run the named experiments (or ``["all"]``) into ``out`` and rebuild the index.
+
+    ``jobs`` and ``overrides`` are passed to :func:`run_experiment` (overrides need
+    exactly one experiment, since configuration keys differ between experiments).
 
     ``log`` receives one line per experiment (status and elapsed time) and a
     final summary line; pass ``None`` for silence.
@@ -273,6 +294,15 @@ def reproduce(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     experiments = resolve(names)
+    if overrides and len(experiments) != 1:
+        raise ValueError("configuration overrides (--set) apply to exactly one experiment")
+    if overrides:  # fail before any work if a key is unknown
+        unknown = sorted(set(overrides) - set(getattr(experiments[0], mode)))
+        if unknown:
+            raise ValueError(
+                f"{experiments[0].name} has no configuration entries {unknown}; its {mode} "
+                f"configuration has: {sorted(getattr(experiments[0], mode))}"
+            )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say = log or (lambda _msg: None)
@@ -281,7 +311,9 @@ def reproduce(
     width = max((len(e.name) for e in experiments), default=0)
     try:
         for i, exp in enumerate(experiments, 1):
-            rec = run_experiment(exp, out, mode=mode, seed=seed)
+            rec = run_experiment(
+                exp, out, mode=mode, seed=seed, jobs=jobs, overrides=overrides
+            )
             records.append(rec)
             if rec.status == STATUS_OK:
                 what = f"agrees: {agreement_label(rec.summary.agrees)}"
