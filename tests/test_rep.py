@@ -250,3 +250,42 @@ def test_rep_with_small_penalty_runs_and_reports_b():
     b = res.site_info["b"]
     assert b.shape == y.shape and np.all(b >= 0)
     assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+
+
+def test_as_printed_reading_adds_r_back_and_equals_divided_where_b_is_zero():
+    lik = NoisyStep(0.2)
+    y = np.array([-1.0, 1.0, -1.0])
+    mu, s = np.array([2.0, 0.5, -0.3]), np.array([4.0, 1.0, 2.0])
+    tau, nu = np.array([0.3, 0.2, -0.05]), np.array([-0.2, 0.1, 0.02])
+    m = site_means(tau, nu, s)
+    args = (lik, y, mu, s, tau, nu)
+    div = rep_site_update(*args, relaxation=1e-3)
+    prt = rep_site_update(*args, relaxation=1e-3, belief="as-printed")
+    b = div[3]["b"]
+    assert np.any(b > 0) and np.array_equal(b, prt[3]["b"])
+    np.testing.assert_allclose(prt[0], div[0] + b, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(prt[1], div[1] + b * m, rtol=0, atol=1e-12)
+    big = rep_site_update(*args, relaxation=1e8, belief="as-printed")
+    ep = rep_site_update(*args, relaxation=1e8)
+    np.testing.assert_array_equal(big[0], ep[0])
+    with pytest.raises(ValueError, match="belief"):
+        rep_site_update(*args, relaxation=1.0, belief="literal")
+    with pytest.raises(ValueError, match="belief"):
+        make_rep_update(1.0, belief="literal")
+
+
+def test_penalty_scales_with_inputs_for_the_step_likelihood():
+    """Posterior of w is scale-free for the step likelihood; b is a precision of f = x.w.
+
+    So REP on inputs a X with penalty c equals REP on X with penalty c / a**2 (rep-toy
+    relies on this to say that its c sweep covers every input scale).
+    """
+    from robustep.experiments.rep_toy import TOY_X, TOY_Y, run_method
+
+    a = 10.0
+    scaled = run_method(a * TOY_X, TOY_Y, 0.2, relaxation=20.0)
+    unscaled = run_method(TOY_X, TOY_Y, 0.2, relaxation=20.0 / a**2)
+    assert max(unscaled["b"]) > 0  # the check is about a case where REP relaxes
+    np.testing.assert_allclose(scaled["mean"], unscaled["mean"], atol=1e-7)
+    np.testing.assert_allclose(scaled["cov"], unscaled["cov"], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(scaled["b"]) * a**2, unscaled["b"], rtol=1e-6, atol=1e-12)

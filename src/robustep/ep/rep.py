@@ -263,17 +263,35 @@ def relaxed_moment_matching(likelihood, y, cavity_mean, cavity_var, site_mean, b
     return 1.0 / s_hat - 1.0 / s_b, mu_hat / s_hat - mu_b / s_b
 
 
+BELIEF_READINGS = ("divided", "as-printed")
+
+
 def rep_site_update(
-    likelihood, y, cavity_mean, cavity_var, site_precision, site_shift, power=1.0, *, relaxation
+    likelihood,
+    y,
+    cavity_mean,
+    cavity_var,
+    site_precision,
+    site_shift,
+    power=1.0,
+    *,
+    relaxation,
+    belief="divided",
 ):
     """REP site update, steps (b)–(e) of the long version §4 (eqs. 13–16), for a subset of sites.
 
     Signature of the engine's ``site_update`` hook (bind ``relaxation`` with
     :func:`make_rep_update`).  All arrays have shape (n,) (the sites being updated).
 
+    ``belief`` picks the reading of step (e) (docs/derivations/rep.md):
+    ``"divided"`` (default) — the new belief is ``q = g_b / r_i`` as eq. 5 and §3.2 say, so
+    ``t_i = g_b / (r_i q\\i)``; ``"as-printed"`` — eqs. 15–16 as printed (``+ b_i`` in eq. 16),
+    which make the new belief ``q = g_b`` itself, so ``t_i = g_b / q\\i``.  Both choose ``b``
+    with the same Q(b) and coincide wherever ``b = 0``.
+
     Returns
     -------
-    new_precision, new_shift : (n,) undamped new site parameters, t_i = g_b / (r_i q\\i)
+    new_precision, new_shift : (n,) undamped new site parameters
     log_Z : (n,) log of int t_i(f) q\\i(f) df at the *unrelaxed* cavity (what EP's
         evidence formula needs; REP's evidence is EP's formula at REP's sites)
     info : {"b": (n,) relaxation precisions, "relaxation_objective": (n,) Q(b)}
@@ -284,6 +302,8 @@ def rep_site_update(
         )
     if relaxation < 0:
         raise ValueError(f"relaxation (the penalty c) must be >= 0, got {relaxation}")
+    if belief not in BELIEF_READINGS:
+        raise ValueError(f"belief must be one of {BELIEF_READINGS}, got {belief!r}")
     y = np.asarray(y, dtype=float)
     mu = np.asarray(cavity_mean, dtype=float)
     s = np.asarray(cavity_var, dtype=float)
@@ -301,11 +321,17 @@ def rep_site_update(
         new_precision[relaxed], new_shift[relaxed] = relaxed_moment_matching(
             likelihood, y[relaxed], mu[relaxed], s[relaxed], m[relaxed], b[relaxed]
         )
+        if belief == "as-printed":  # t_i = g_b / q\i = (g_b / (r_i q\i)) * r_i
+            new_precision[relaxed] += b[relaxed]
+            new_shift[relaxed] += b[relaxed] * m[relaxed]
     return new_precision, new_shift, log_Z, {"b": b, "relaxation_objective": q}
 
 
-def make_rep_update(relaxation: float):
+def make_rep_update(relaxation: float, belief: str = "divided"):
     """The REP ``site_update`` callable for penalty weight c = ``relaxation``.
+
+    ``belief``: reading of step (e), ``"divided"`` (default) or ``"as-printed"``
+    (see :func:`rep_site_update`).
 
     Example::
 
@@ -315,6 +341,8 @@ def make_rep_update(relaxation: float):
     relaxation = float(relaxation)
     if not relaxation >= 0:
         raise ValueError(f"relaxation (the penalty c) must be >= 0, got {relaxation}")
-    update = functools.partial(rep_site_update, relaxation=relaxation)
-    update.__name__ = f"rep_site_update(c={relaxation:g})"
+    if belief not in BELIEF_READINGS:
+        raise ValueError(f"belief must be one of {BELIEF_READINGS}, got {belief!r}")
+    update = functools.partial(rep_site_update, relaxation=relaxation, belief=belief)
+    update.__name__ = f"rep_site_update(c={relaxation:g}, belief={belief!r})"
     return update

@@ -18,6 +18,7 @@ Laplace = probit Laplace with the same kernel.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.parallel import parallel_map
 
 METHODS = ("EP", "PEP", "DEP", "REP", "Laplace", "sklearn GPC")
 
@@ -132,20 +134,57 @@ def one_split(X, y, n_train, n_test, rng, config, flip=0.0):
     return out
 
 
-def run(config: dict, seed: int) -> dict:
-    """All data sets × splits (× Spam flip rates); DataUnavailableError if a file is missing."""
-    rng = np.random.default_rng(seed)
-    results = {"config": config, "tasks": {}}
+#: Data sets in a fixed order; a data set's position seeds its splits.
+DATASETS = ("heart", "pima", "diabetes", "haberman", "spam")
+
+
+def _tasks(config):
+    """[(task name, data set, flip rate, number of splits)] in report order."""
+    tasks = []
     for name in config["datasets"]:
-        X, y, n_train, n_test = load(name, config)
-        flips = config["spam_flip_rates"] if name == "spam" else [0.0]
-        for flip in flips:
-            task = name if name != "spam" else f"spam (+{flip:.0%} flipped)"
-            n_splits = int(config["spam_splits"] if name == "spam" else config["splits"])
-            results["tasks"][task] = [
-                one_split(X, y, n_train, n_test, rng, config, flip=float(flip))
-                for _ in range(n_splits)
-            ]
+        if name not in DATASETS:
+            raise ValueError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
+        if name == "spam":
+            for flip in config["spam_flip_rates"]:
+                tasks.append((f"spam (+{flip:.0%} flipped)", name, float(flip),
+                              int(config["spam_splits"])))  # fmt: skip
+        else:
+            tasks.append((name, name, 0.0, int(config["splits"])))
+    return tasks
+
+
+def run_split(config: dict, seed: int, unit: tuple) -> dict:
+    """One independent unit: split ``i`` of data set ``name`` with extra flip rate ``flip``.
+
+    ``unit = (name, flip, i)``, optionally with the loaded data ``load(name, config)`` as
+    a fourth element (``run`` passes it so that workers need not read the files).  Its
+    random numbers (the split, the flipped labels, the validation split for u and c)
+    come from the generator seeded with ``(seed, position of name in DATASETS, flip in
+    units of 0.01%, i)``, so the result does not depend on which other units are run, in
+    what order or in which process.
+    """
+    name, flip, i = unit[:3]
+    data = unit[3] if len(unit) > 3 else load(name, config)
+    X, y, n_train, n_test = data
+    key = [int(seed), DATASETS.index(name), int(round(float(flip) * 10_000)), int(i)]
+    rng = np.random.default_rng(key)
+    return one_split(X, y, n_train, n_test, rng, config, flip=float(flip))
+
+
+def run(config: dict, seed: int) -> dict:
+    """All data sets × splits (× Spam flip rates); DataUnavailableError if a file is missing.
+
+    The (data set, split) and (Spam flip rate, split) units run through
+    :func:`robustep.experiments.parallel.parallel_map` (``--jobs``); the results do not
+    depend on the number of jobs.
+    """
+    tasks = _tasks(config)
+    data = {name: load(name, config) for name in dict.fromkeys(t[1] for t in tasks)}
+    units = [(name, flip, i, data[name]) for _, name, flip, n in tasks for i in range(n)]
+    outs = iter(parallel_map(functools.partial(run_split, config, int(seed)), units))
+    results = {"config": config, "tasks": {}}
+    for task, _, _, n in tasks:
+        results["tasks"][task] = [next(outs) for _ in range(n)]
     return results
 
 
