@@ -2,14 +2,19 @@
 
 Data (§5.1): x from the mixture 0.05 N([1,1], 0.05 I) + 0.25 N([-1,1], 0.05 I)
 + 0.45 N([-1,-1], 0.05 I) + 0.25 N([1,-1], 0.05 I).  The extracted paper text garbles
-which components carry which label; we read it as y = +1 for the components at
-[1, 1] and [1, -1] and y = -1 for [-1, 1] and [-1, -1] (the only reading under which a
-linear Bayes point machine makes sense; the other pairing is an XOR problem).
+which components carry which label.  ``labels = "sign_x1"`` (default) reads it as y = +1
+for the components at [1, 1] and [1, -1] and y = -1 for [-1, 1] and [-1, -1] (a problem a
+linear Bayes point machine without intercept can solve).  The order of the displaced
+fragments in the extracted text ("or N([-1,-1])" on the y = +1 line, then "or N([1,-1])"
+on the y = -1 line) and the balanced classes (0.05 + 0.45 = 0.25 + 0.25) rather suggest
+the XOR pairing, ``labels = "xor"``: y = +1 for [1, 1] and [-1, -1], y = -1 for [-1, 1]
+and [1, -1] (no linear separator; best error 30%, two symmetric optima).
 
 Model: Bayes point machine without intercept (w in R^2, as in Minka 2001), prior
 St(0, I, df = 10), noisy step likelihood with eps = ``label_noise`` (the paper does not
 state eps; we use 0).  ADF (t-divergence projection, one pass) and EP (t-factorisation)
-are run on ``n_permutations`` random orders of the same data.  Order dependence is
+are run on ``n_permutations`` random orders of the same data (each order drawn from
+``(seed, permutation index)``; one unit of ``parallel_map`` per order).  Order dependence is
 measured by the spread of the boundary angle atan2(w2, w1) of the posterior mean and
 of the test error on a fresh sample.
 """
@@ -165,7 +170,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     notes = (
         "The paper shows the figure only (no numbers); we add the spread of the boundary "
         "angle and test error. Label assignment of the mixture components is our reading of "
-        "garbled text (see module docstring); eps of eq. 43 not stated (we use "
+        "garbled text (see module docstring; this run: labels = "
+        f"{results['config'].get('labels', 'sign_x1')!r}); eps of eq. 43 not stated (we use "
         f"{results['config']['label_noise']}); BPM without intercept; EP sites are rank-one "
         "(statistics <w,x_i>, <w,x_i>^2), ADF is the same projection applied once in order."
     )
