@@ -259,3 +259,16 @@ def test_jittered_cholesky_can_stay_silent():
         L, added = jittered_cholesky(A, warn=False)
     assert added > 0
     np.testing.assert_allclose(L @ L.T, A + added * np.eye(3), atol=1e-12)
+
+
+def test_flat_sites_need_no_factorisation_and_give_the_prior():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((6, 6))
+    K = A @ A.T + 0.1 * np.eye(6)
+    post = SitePosterior(K, np.zeros(6), np.zeros(6))
+    np.testing.assert_array_equal(post.var, np.diag(K))
+    np.testing.assert_array_equal(post.mean, 0.0)
+    assert post.log_det == 0.0
+    # a flat-precision site with a shift still gives mean K nu (the site is exp(nu f))
+    nu = rng.standard_normal(6)
+    np.testing.assert_allclose(SitePosterior(K, np.zeros(6), nu).mean, K @ nu, rtol=1e-12)

@@ -152,7 +152,10 @@ class SitePosterior:
         else:
             B1 = w1[:, None] * K[np.ix_(P, P)] * w1[None, :]
         B1[np.diag_indices_from(B1)] += 1.0
-        L1, info = lapack.dpotrf(B1, lower=1, clean=True, overwrite_a=1)
+        if not np.any(w1):  # flat sites (EP's usual start): B1 = I, skip an O(n^3) factorisation
+            L1, info = B1, 0
+        else:
+            L1, info = lapack.dpotrf(B1, lower=1, clean=True, overwrite_a=1)
         if info != 0:  # cannot happen for tau_P >= 0 unless K is not PSD or not finite
             raise np.linalg.LinAlgError(
                 "I + W K W is not positive definite: the prior covariance K is not positive "

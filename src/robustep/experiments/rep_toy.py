@@ -188,9 +188,7 @@ def run(config: dict, seed: int) -> dict:
     scale_check = {
         "scale": scale,
         "c": c_ref,
-        "max_abs_mean_diff": float(
-            np.max(np.abs(np.subtract(scaled["mean"], unscaled["mean"])))
-        ),
+        "max_abs_mean_diff": float(np.max(np.abs(np.subtract(scaled["mean"], unscaled["mean"])))),
         "max_abs_cov_diff": float(np.max(np.abs(np.subtract(scaled["cov"], unscaled["cov"])))),
         "scaled": _errors(scaled, mean, cov),
     }

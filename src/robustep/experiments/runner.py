@@ -311,9 +311,7 @@ def reproduce(
     width = max((len(e.name) for e in experiments), default=0)
     try:
         for i, exp in enumerate(experiments, 1):
-            rec = run_experiment(
-                exp, out, mode=mode, seed=seed, jobs=jobs, overrides=overrides
-            )
+            rec = run_experiment(exp, out, mode=mode, seed=seed, jobs=jobs, overrides=overrides)
             records.append(rec)
             if rec.status == STATUS_OK:
                 what = f"agrees: {agreement_label(rec.summary.agrees)}"
