@@ -725,3 +725,31 @@ def test_indefinite_K_does_not_hang(monkeypatch):
         assert "positive" in str(err)
         return
     assert res.n_iter <= 50 and not res.converged
+
+
+def test_custom_site_update_that_overshoots_is_rescued_by_step_halving():
+    """A custom rule (no EP objective, so no double loop) that overshoots its fixed point
+    by a factor 2.2 oscillates with full steps; the robust schedule halves the step on a
+    stall and reaches the fixed point (here: the exact Gaussian-likelihood sites)."""
+    from robustep.ep import moment_matching_update
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-3, 3, (15, 1))
+    K = (ConstantKernel(1.0) * RBF(1.0))(X)
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(15)
+    lik = Gaussian(0.3)
+
+    def overshoot(likelihood, y, mu, s, prec, shift, power):
+        p, sh, lz, info = moment_matching_update(likelihood, y, mu, s, prec, shift, power)
+        return prec + 2.2 * (p - prec), shift + 2.2 * (sh - shift), lz, info
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = expectation_propagation(
+            K, y, lik, site_update=overshoot, robust=False, max_iter=60, tol=1e-9
+        )
+    res = expectation_propagation(K, y, lik, site_update=overshoot, max_iter=500, tol=1e-9)
+    assert not plain.converged
+    assert res.converged
+    np.testing.assert_allclose(res.site_precision, 1 / 0.3, rtol=1e-8)
+    np.testing.assert_allclose(res.site_shift, y / 0.3, rtol=1e-8, atol=1e-8)

@@ -541,7 +541,8 @@ def expectation_propagation(
     power : fractional EP power eta in (0, 1] (eqs. 14–15).
     robust : parallel schedule: keep cavity precisions positive; when parallel sweeps stall
         or oscillate, halve the step (at most twice) and then switch to the double loop
-        (§4).  Sequential schedule: skip sites with non-positive cavity precision and
+        (§4); with a custom ``site_update`` (no EP objective to line-search) halve the
+        step up to five times instead.  Sequential schedule: skip sites with non-positive cavity precision and
         shorten steps that would make the
         posterior indefinite.  ``robust=False`` still never produces NaN: invalid
         cavities are skipped and invalid configurations are halved back.
@@ -607,6 +608,18 @@ def expectation_propagation(
                 ev, status = _run_double_loop(
                     ctx, _evaluate(ctx, ev.precision, ev.shift), max_inner=max_inner
                 )
+        elif robust and site_update is not None:
+            # A custom update (e.g. REP) has no EP objective for the double loop to
+            # line-search, so a stall only halves the step (up to five times).
+            step, min_sweeps = 1.0 - damping, n_parallel_init
+            for _ in range(6):
+                ev, status = _run_parallel(
+                    ctx, ev, robust=True, max_sweeps=max_iter, patience=5,
+                    min_sweeps=min_sweeps, step=step,
+                )  # fmt: skip
+                if status != "stalled" or ctx.n_iter >= max_iter:
+                    break
+                step, min_sweeps = 0.5 * step, 5
         else:
             ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=max_iter)
     return _finish(ctx, ev, status)
