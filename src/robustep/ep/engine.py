@@ -542,9 +542,9 @@ def expectation_propagation(
     robust : parallel schedule: keep cavity precisions positive; when parallel sweeps stall
         or oscillate, halve the step (at most twice) and then switch to the double loop
         (§4); with a custom ``site_update`` (no EP objective to line-search) halve the
-        step up to five times instead.  Sequential schedule: skip sites with non-positive cavity precision and
-        shorten steps that would make the
-        posterior indefinite.  ``robust=False`` still never produces NaN: invalid
+        step up to five times instead.  Sequential schedule: skip sites with
+        non-positive cavity precision and shorten steps that would make the posterior
+        indefinite.  ``robust=False`` still never produces NaN: invalid
         cavities are skipped and invalid configurations are halved back.
     max_iter : maximum number of sweeps (inner iterations in the double loop).
     tol : convergence when the largest undamped site change (natural parameters) < tol.
