@@ -109,3 +109,72 @@ def test_fixed_tiny(tmp_path):
     except DataUnavailableError:
         pytest.skip("Boston housing data not available")
     assert len(res["predictions"]["EP"]["lpd"]) == res["n"]
+
+
+def _same_with_two_jobs(name, cfg, drop=()):
+    """Run ``name`` on a tiny config with jobs=1 and jobs=2; the results must match exactly."""
+    from robustep.experiments.parallel import use_jobs
+
+    e = registered()[name]
+    cfg = {**e.quick, **cfg}
+
+    def canonical(res):
+        def strip(x):
+            if isinstance(x, dict):
+                return {k: strip(v) for k, v in x.items() if k not in drop}
+            return x
+
+        return json.dumps(strip(res), sort_keys=True)
+
+    serial = e.run(cfg, 3)
+    with use_jobs(2):
+        parallel = e.run(cfg, 3)
+    assert canonical(serial) == canonical(parallel)
+    return serial
+
+
+def test_benchmark_jobs_match_serial():
+    res = _same_with_two_jobs(
+        "tgp-benchmark",
+        {
+            "friedman_sets": 1,
+            "friedman_n": 20,
+            "friedman_test": 15,
+            "methods": ["GA", "LA1", "MCMC"],
+            "mcmc_samples": 10,
+            "mcmc_chains": 2,
+        },
+        drop=("cpu",),  # CPU seconds are measured, not computed
+    )
+    r = res["datasets"]["friedman"]
+    assert len(r["MCMC"]["lpd"]) == 15 and len(r["MCMC"]["rhat_max"]) == 1
+    assert res["mcmc"] == {"samples": 10, "chains": 2}
+
+
+def test_fixed_jobs_match_serial():
+    from robustep.datasets import DataUnavailableError
+
+    try:
+        res = _same_with_two_jobs(
+            "tgp-fixed",
+            {"n_max": 30, "n_hyper": 6, "hyper_chains": 2, "n_folds": 2, "n_fixed": 10},
+        )
+    except DataUnavailableError:
+        pytest.skip("Boston housing data not available")
+    assert res["hyper_chains"] == 2 and len(res["predictions"]["MCMC"]["lpd"]) == 30
+
+
+def test_evidence_jobs_match_serial():
+    res = _same_with_two_jobs(
+        "tgp-evidence",
+        {
+            "n_regular": 8,
+            "n_grid": 2,
+            "half_width": 0.5,
+            "ais_temperatures": 10,
+            "ais_chains": 2,
+            "max_seq_iter": 20,
+            "fep_map": False,
+        },
+    )
+    assert np.shape(res["examples"]["2"]["ais"]) == (2, 2)
