@@ -118,3 +118,47 @@ def test_rep_uci_tiny_run_and_report(tmp_path):
 def test_pima_complete_cases_are_the_mass_rows():
     X, y, n_train, n_test = rep_uci.load("pima", {"data_home": str(SHARED)})
     assert X.shape == (532, 7) and n_train + n_test == 532
+
+
+# ------------------------------------------------------------------ jobs = 2 gives the same
+def _serial_and_two_jobs(run, cfg, seed=3):
+    from threadpoolctl import threadpool_limits
+
+    from robustep.experiments.parallel import use_jobs
+
+    with threadpool_limits(1):  # the workers use one BLAS thread: compare like with like
+        serial = run(cfg, seed)
+    with use_jobs(2):
+        parallel = run(cfg, seed)
+    for res in (serial, parallel):
+        assert res.pop("unit_cpu_seconds")
+    assert json.dumps(serial, sort_keys=True) == json.dumps(parallel, sort_keys=True)
+    return serial
+
+
+def test_rep_synthetic_jobs_do_not_change_results():
+    cfg = dict(rep_synthetic.EXPERIMENT.quick, repetitions=2, n_train_per_class=10,
+               n_test_per_class=20, widths=[0.5, 1.0], n_folds=2, cv_max_iter=3, max_iter=3,
+               boundary_grid=5, flip_rates=[0.1, 0.2])  # fmt: skip
+    res = _serial_and_two_jobs(rep_synthetic.run, cfg)
+    units = [(r["repetition"], r["flip_rate"]) for r in res["runs"][::4]]
+    assert units == [(0, 0.1), (0, 0.2), (1, 0.1), (1, 0.2)]
+    assert res["example"]["rate"] == 0.2
+    # a unit's random numbers depend on (seed, repetition, rate) only
+    alone = rep_synthetic.run(dict(cfg, repetitions=1, flip_rates=[0.2]), 3)
+    assert json.dumps(alone["runs"]) == json.dumps(res["runs"][4:8])
+
+
+@pytest.mark.skipif(
+    not all((SHARED / f).exists() for f in ("haberman.csv", "statlog-heart.dat")),
+    reason="shared data not present",
+)
+def test_rep_uci_jobs_do_not_change_results():
+    cfg = dict(rep_uci.EXPERIMENT.quick, datasets=["heart", "haberman"], splits=1,
+               powers=[0.8], relaxations=[10.0], max_iter=10, data_home=str(SHARED))  # fmt: skip
+    res = _serial_and_two_jobs(rep_uci.run, cfg)
+    assert list(res["tasks"]) == ["heart", "haberman"]
+    assert [len(v) for v in res["tasks"].values()] == [1, 1]
+    # a split's random numbers depend on (seed, data set, flip rate, split) only
+    alone = rep_uci.run(dict(cfg, datasets=["haberman"]), 3)
+    assert json.dumps(alone["tasks"]["haberman"]) == json.dumps(res["tasks"]["haberman"])

@@ -11,11 +11,16 @@ schedule (the papers' algorithm).  Convergence: R = ‖α_iter − α_iter−1�
 GP parameter of the posterior mean, μ = K α (long version §6; the ICML text calls it "the GP
 message parameter m"; site means ν̃/τ̃ would be dominated by sites with tiny precision); a
 run that does not reach it within ``max_iter`` sweeps is counted as divergent.
+
+The (repetition, flip rate) units are independent: each draws its random numbers from
+its own generators (see :func:`run_unit`) and ``run`` spreads them over ``--jobs``
+processes.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from pathlib import Path
 
@@ -121,9 +126,10 @@ def run_unit(config: dict, seed: int, unit: tuple[int, float]) -> dict:
     the width from ``(seed, 1, rep, rate)``.  So a unit's result depends on
     ``(seed, rep, rate)`` only, not on which other units are run, in what order or in
     which process.  Returns ``{"runs": [one entry per method], "example": None or the
-    decision-boundary grid (repetition 0 at the largest flip rate)}``.
+    decision-boundary grid (repetition 0 at the largest flip rate), "cpu_seconds": ...}``.
     """
     rep, rate = int(unit[0]), float(unit[1])
+    t0 = time.process_time()
     data_rng = np.random.default_rng([int(seed), 0, rep])
     X, y_clean = sample(int(config["n_train_per_class"]), data_rng)
     Xt, yt = sample(int(config["n_test_per_class"]), data_rng)
@@ -161,6 +167,7 @@ def run_unit(config: dict, seed: int, unit: tuple[int, float]) -> dict:
         if with_example:
             grid_mean = _latent_mean(res, kernel, X, grid)
             out["example"]["latent"][method] = np.nan_to_num(grid_mean).tolist()
+    out["cpu_seconds"] = time.process_time() - t0
     return out
 
 
@@ -174,8 +181,10 @@ def run(config: dict, seed: int) -> dict:
     units = [(rep, float(rate)) for rep in range(int(config["repetitions"]))
              for rate in config["flip_rates"]]  # fmt: skip
     outs = parallel_map(functools.partial(run_unit, config, int(seed)), units)
-    out = {"config": config, "runs": [], "example": None}
+    # CPU seconds per unit (order of ``units``), kept apart: it varies from run to run
+    out = {"config": config, "runs": [], "example": None, "unit_cpu_seconds": []}
     for o in outs:
+        out["unit_cpu_seconds"].append(o.pop("cpu_seconds"))
         out["runs"].extend(o["runs"])
         if out["example"] is None and o["example"] is not None:
             out["example"] = o["example"]
@@ -198,6 +207,10 @@ def _summary(runs, rate, method):
         "error_converged": float(conv_errs.mean()) if conv_errs.size else float("nan"),
         "error_converged_se": _se(conv_errs),
     }
+
+
+def _num(v, fmt=".4f"):
+    return "—" if not np.isfinite(v) else format(v, fmt)
 
 
 def _se(x):
@@ -226,9 +239,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             s = _summary(runs, rate, m)
             summ[(rate, m)] = s
             rows.append(
-                f"| {rate:.0%} | {m} | {s['iterations']:.1f} | {s['divergent']} / {s['n']} | "
-                f"{s['error']:.4f} ± {s['error_se']:.4f} | "
-                f"{s['error_converged']:.4f} ± {s['error_converged_se']:.4f} |"
+                f"| {rate:.0%} | {m} | {_num(s['iterations'], '.1f')} | {s['divergent']} / "
+                f"{s['n']} | {_num(s['error'])} ± {_num(s['error_se'])} | "
+                f"{_num(s['error_converged'])} ± {_num(s['error_converged_se'])} |"
             )
     table = "\n".join(rows)
 
@@ -287,6 +300,12 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "that of the last state. The ICML paper averages the test errors of EP/PEP/DEP over "
         "converged runs only (last column); the verdict uses all runs."
     )
+    secs = results.get("unit_cpu_seconds")
+    if secs:
+        notes += (
+            f" CPU time of the {len(secs)} (repetition, flip rate) units: "
+            f"{sum(secs) / 60:.1f} min in all, longest {max(secs):.0f} s."
+        )
     return ExperimentSummary(measured=measured, agrees=agrees, tables=[table], figures=figs,
                              notes=notes)  # fmt: skip
 
