@@ -86,3 +86,15 @@ def test_rbp_ising_quick_configuration(tmp_path):
     summary = EXPERIMENT.report(res, tmp_path)
     assert summary.agrees in (True, False, None)
     assert len(res["results"]) == 4
+
+
+def test_rbp_ising_jobs_do_not_change_results():
+    from robustep.experiments.parallel import use_jobs
+
+    serial = EXPERIMENT.run(TINY, 1)
+    with use_jobs(2):
+        parallel = EXPERIMENT.run(TINY, 1)
+    assert json.dumps(serial["results"], sort_keys=True) == json.dumps(
+        parallel["results"], sort_keys=True
+    )
+    assert [len(v) for v in serial["results"].values()] == [2, 2, 2, 2]

@@ -16,10 +16,15 @@ documented family, fixed before looking at any result (issue 6):
 * the paper's RBP "picks an edge": sequential schedule for all methods, at most ``max_iter``
   sweeps; a run that does not reach ``tol`` is counted as diverged and its last beliefs are
   scored (the paper: "the divergence is reflected in the averaged absolute difference").
+
+Each (graph, condition, instance) is one unit of
+:func:`robustep.experiments.parallel.parallel_map` (``--jobs``); its MRF is drawn from
+``(seed, graph index, condition index, instance)`` alone.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -29,6 +34,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.parallel import parallel_map
 from robustep.mrf import belief_propagation, complete_edges, exact_marginals, grid_edges, ising
 
 METHODS = {
@@ -63,50 +69,67 @@ def _score(res, exact) -> dict:
     return out
 
 
-def run(config: dict, seed: int) -> dict:
-    """Raw results: for each graph, condition and instance, the scores of every method."""
+def units(config: dict) -> list[tuple[int, int, int]]:
+    """(graph index, condition index, instance) of every instance, in the results' order."""
+    return [
+        (gi, ci, k)
+        for gi in range(len(config["graphs"]))
+        for ci in range(len(config["conditions"]))
+        for k in range(int(config["instances"]))
+    ]
+
+
+def run_unit(config: dict, seed: int, unit: tuple[int, int, int]) -> dict:
+    """All methods on one random instance; its MRF comes from ``(seed, gi, ci, k)`` alone."""
     t_start = time.perf_counter()
-    graphs = config["graphs"]
-    conditions = config["conditions"]  # name -> beta
-    n_inst = int(config["instances"])
-    c_sweep = list(config["c_sweep"])
+    gi, ci, k = unit
+    gspec = config["graphs"][gi]
+    cname, beta = list(config["conditions"].items())[ci]
     common = dict(
         schedule=config["schedule"], max_iter=int(config["max_iter"]), tol=float(config["tol"])
     )
+    E = _graph(gspec)
+    n = int(E.max()) + 1
+    rng = np.random.default_rng([seed, gi, ci, k])
+    theta = rng.normal(0.0, config["field_std"], n)
+    J = -np.abs(rng.normal(0.0, beta, len(E)))
+    mrf = ising(theta, E, J)
+    exact = exact_marginals(mrf)
+    row = {"methods": {}, "c_sweep": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for mname, kw in METHODS.items():
+            row["methods"][mname] = _score(belief_propagation(mrf, **kw, **common), exact)
+        for c in config["c_sweep"]:
+            if c == 0.1:
+                row["c_sweep"][repr(c)] = row["methods"]["RBP (c = 0.1)"]
+                continue
+            res = belief_propagation(mrf, method="relaxed", relaxation=c, **common)
+            row["c_sweep"][repr(c)] = _score(res, exact)
+    if config.get("progress", False):
+        print(
+            f"[rbp-ising] {gspec} {cname}: instance {k + 1}/{config['instances']} "
+            f"({time.perf_counter() - t_start:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return row
+
+
+def run(config: dict, seed: int) -> dict:
+    """Raw results: for each graph, condition and instance, the scores of every method.
+
+    The (graph, condition, instance) units go through :func:`parallel_map` (``--jobs``);
+    the results do not depend on the number of jobs.
+    """
+    t_start = time.perf_counter()
+    todo = units(config)
+    rows = parallel_map(functools.partial(run_unit, dict(config), int(seed)), todo)
     out = {"config": config, "seed": seed, "results": {}}
-    for gi, gspec in enumerate(graphs):
-        E = _graph(gspec)
-        n = int(E.max()) + 1
-        for ci, (cname, beta) in enumerate(conditions.items()):
-            rows = []
-            for k in range(n_inst):
-                rng = np.random.default_rng([seed, gi, ci, k])
-                theta = rng.normal(0.0, config["field_std"], n)
-                J = -np.abs(rng.normal(0.0, beta, len(E)))
-                mrf = ising(theta, E, J)
-                exact = exact_marginals(mrf)
-                row = {"methods": {}, "c_sweep": {}}
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    for mname, kw in METHODS.items():
-                        row["methods"][mname] = _score(
-                            belief_propagation(mrf, **kw, **common), exact
-                        )
-                    for c in c_sweep:
-                        if c == 0.1:
-                            row["c_sweep"][repr(c)] = row["methods"]["RBP (c = 0.1)"]
-                            continue
-                        res = belief_propagation(mrf, method="relaxed", relaxation=c, **common)
-                        row["c_sweep"][repr(c)] = _score(res, exact)
-                rows.append(row)
-                if config.get("progress", False):
-                    print(
-                        f"[rbp-ising] {gspec} {cname}: {k + 1}/{n_inst} "
-                        f"({time.perf_counter() - t_start:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            out["results"][f"{gspec}|{cname}"] = rows
+    cnames = list(config["conditions"])
+    for (gi, ci, _), row in zip(todo, rows, strict=True):
+        key = f"{config['graphs'][gi]}|{cnames[ci]}"
+        out["results"].setdefault(key, []).append(row)
     out["seconds"] = time.perf_counter() - t_start
     return out
 

@@ -73,8 +73,11 @@ def run_unit(config: dict, seed: int, p: int) -> list[dict]:
                 max_iter=config["max_iter"],
                 tol=config["tol"],
             )
-            mu = linear_posterior(st)[0]
-            err = float(np.mean(np.sign(Xt @ mu) != yt))
+            try:
+                mu = linear_posterior(st)[0]
+            except FloatingPointError:  # improper posterior: recorded, not fatal
+                mu, info.converged = np.full(X.shape[1], np.nan), False
+            err = float(np.mean(np.sign(Xt @ mu) != yt)) if np.all(np.isfinite(mu)) else np.nan
             runs.append(
                 {
                     "perm": int(p),
