@@ -379,8 +379,8 @@ class StudentT(Likelihood):
         logp = self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(r * r / c)
         # log p = const - (nu+1)/2 log(c + r^2); r = y - f so d/df = -d/dr
         d1 = (nu + 1.0) * r / q
-        d2 = (nu + 1.0) * (r * r - c) / (q * q)
-        d3 = 2.0 * (nu + 1.0) * r * (r * r - 3.0 * c) / (q * q * q)
+        d2 = (nu + 1.0) * ((r * r - c) / q) / q
+        d3 = 2.0 * (nu + 1.0) * (r / q) * ((r * r - 3.0 * c) / q) / q  # no q**3 overflow
         return logp, d1, d2, d3
 
     def log_prob_parameter_gradient(self, y, f):
