@@ -69,3 +69,17 @@ def test_cli_set_overrides_recorded_and_unknown_key_rejected(tmp_path, capsys):
     assert "no configuration entries ['nope']" in capsys.readouterr().err
     assert main(["reproduce", "all", "--out", str(tmp_path), "--set", "max_iter=1"]) == 2
     assert main(["reproduce", "tgp-convergence", "--out", str(tmp_path), "--set", "x"]) == 2
+
+
+def test_rerender_rebuilds_the_report_from_saved_results(tmp_path, capsys):
+    assert (
+        main(["reproduce", "tgp-convergence", "--out", str(tmp_path), "--set", "max_iter=30"]) == 0
+    )
+    readme = tmp_path / "tgp-convergence" / "README.md"
+    readme.unlink()
+    assert main(["rerender", "tgp-convergence", "--out", str(tmp_path)]) == 0
+    meta = json.loads((tmp_path / "tgp-convergence" / "run.json").read_text())
+    assert readme.exists() and "rerendered" in meta and meta["config"]["max_iter"] == 30
+    assert (tmp_path / "index.html").exists()
+    assert main(["rerender", "tgp-convergence", "--out", str(tmp_path / "empty")]) == 2
+    assert "no results.json" in capsys.readouterr().err

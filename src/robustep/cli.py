@@ -74,7 +74,29 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit with status 1 if an experiment failed (lacking data is not a failure)",
     )
+    rer = sub.add_parser(
+        "rerender",
+        help="rebuild reports from saved results.json (no computation)",
+        description="Call each experiment's report on OUT/NAME/results.json again and "
+        "rewrite its README, run.json summary and the index.",
+    )
+    rer.add_argument("names", nargs="+", metavar="NAME", help="experiment names, or 'all'")
+    rer.add_argument(
+        "--out", default="report", metavar="DIR", help="report folder (default: report)"
+    )
     return parser
+
+
+def _cmd_rerender(args: argparse.Namespace) -> int:
+    from robustep.experiments.runner import UnknownExperimentError, rerender
+
+    try:
+        done = rerender(args.names, args.out)
+    except (UnknownExperimentError, FileNotFoundError) as exc:
+        print(f"robustep rerender: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"re-rendered {', '.join(done)} in {args.out}")
+    return 0
 
 
 def _cmd_list() -> int:
@@ -149,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.command == "list":
         return _cmd_list()
+    if args.command == "rerender":
+        return _cmd_rerender(args)
     return _cmd_reproduce(args)
 
 

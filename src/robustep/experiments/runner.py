@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 import sys
 import time
 import traceback
@@ -379,3 +380,33 @@ def _record_import_error(module: str, tb: str, out: Path, *, mode: str, seed: in
 def _first_line(text: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first[:120] + ("…" if len(first) > 120 else "")
+
+
+def rerender(names: Sequence[str], out: str | Path = "report") -> list[str]:
+    """Rebuild the reports of finished runs in ``out`` from their saved ``results.json``.
+
+    No computation is repeated: each experiment's ``report`` is called on the saved raw
+    results, and its ``run.json``, README and the index are rewritten (the configuration,
+    timings and warnings of the original run are kept). Returns the names re-rendered.
+    """
+    out = Path(out)
+    done = []
+    for exp in resolve(names):
+        out_dir = out / exp.name
+        results_file, meta_file = out_dir / "results.json", out_dir / "run.json"
+        if not (results_file.exists() and meta_file.exists()):
+            raise FileNotFoundError(
+                f"{out_dir} has no results.json/run.json to re-render; run "
+                f"'robustep reproduce {exp.name} --out {out}' first"
+            )
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+        summary = exp.report(results, out_dir)
+        _close_figures()
+        meta["summary"] = dataclasses.asdict(summary)
+        meta["rerendered"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        dump_json(meta, meta_file)
+        write_experiment_readme(meta, out_dir)
+        done.append(exp.name)
+    write_index(out)
+    return done

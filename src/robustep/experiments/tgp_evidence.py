@@ -243,7 +243,21 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     ]
     if ratios:
         measured += "; fEP MAP / EP MAP: " + ", ".join(ratios)
-    agrees = bool(mae1 < 0.5 and bias_ep2 > bias_fep2)
+    # When the EP MAP of nu sits at the estimator's upper bound the model is practically
+    # Gaussian there: EP, fEP and AIS coincide and example 2's claim cannot be tested.
+    from robustep.estimators.student_t_regressor import _DF_BOUNDS
+
+    ex2 = results["examples"].get("2", {})
+    gaussian_ex2 = ex2.get("df", 0.0) >= 0.999 * _DF_BOUNDS[1]
+    if gaussian_ex2:
+        measured += (
+            f"; in example 2 the EP MAP of nu is at its upper bound ({ex2['df']:.0f}), so the "
+            "model is practically Gaussian there and EP = fEP = AIS: the example-2 claim "
+            "cannot be tested on our data"
+        )
+        agrees = None if mae1 < 0.5 else False
+    else:
+        agrees = bool(mae1 < 0.5 and bias_ep2 > bias_fep2)
     return ExperimentSummary(
         measured=measured,
         agrees=agrees,
@@ -256,7 +270,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             "sequential EP fails, the value shown for EP comes from robust parallel EP with the "
             "double-loop fallback (the paper uses the double loop there too). 'agrees' checks that "
             "both EP and fEP are within 0.5 nats of AIS on average in example 1 and that EP's "
-            "error is above fEP's in example 2 (EP over-, fEP under-estimates)."
+            "error is above fEP's in example 2 (EP over-, fEP under-estimates); 'partly' when "
+            "example 2's nu MAP is at its bound (a practically Gaussian model)."
         ),
     )
 
