@@ -15,6 +15,7 @@ from robustep.tep.ep import (
 from robustep.tep.process import (
     ProcessPosterior,
     process_log_marginal_likelihood,
+    process_log_marginal_likelihood_gradient,
     process_posterior,
     process_predict_latent,
     process_tep,
@@ -30,5 +31,6 @@ __all__ = [
     "process_tep",
     "process_posterior",
     "process_log_marginal_likelihood",
+    "process_log_marginal_likelihood_gradient",
     "process_predict_latent",
 ]
