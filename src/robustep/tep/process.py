@@ -167,12 +167,18 @@ def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=N
         nu_new = np.where(good, nu_new, nu)
         step = 1.0 - damping
         new_post = None
+        ok_before = _cavities(post, tau, nu)[2]
         while step > 1e-3:
             tau_try = tau + step * (tau_new - tau)
             nu_try = nu + step * (nu_new - nu)
             new_post = process_posterior(K, tau_try, nu_try)
-            if new_post is not None:
+            # Jylänki et al. (2011) §4, modification 2: a step may not make a valid cavity
+            # improper (an improper cavity blocks that site's update and the evidence).
+            if new_post is not None and not np.any(
+                ok_before & ~_cavities(new_post, tau_try, nu_try)[2]
+            ):
                 break
+            new_post = None
             step *= 0.5
         if new_post is None:
             history.append(np.inf)
