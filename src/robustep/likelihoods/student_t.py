@@ -164,6 +164,10 @@ class StudentT(Likelihood):
         and the rule is accurate (tests compare it with the scale-mixture rule where both
         apply and with the Gaussian limit).
         """
+        with np.errstate(all="ignore"):  # non-finite results are reported by _checked
+            return self._near_gaussian_rule(y, m, v, eta)
+
+    def _near_gaussian_rule(self, y, m, v, eta):
         s2 = self.scale**2
         v_g = 1.0 / (1.0 / v + eta / s2)
         mu_g = v_g * (m / v + eta * y / s2)
@@ -225,7 +229,10 @@ class StudentT(Likelihood):
         log_R = np.log1p((d * d + v) / c)  # R = 1 + (D + 1/2)/beta
         u_lo = math.log(a) - log_R - left
         u_hi = math.log(a + 10.0 * math.sqrt(a) + 40.0)
-        n_pan = np.ceil((u_hi - u_lo) / h_max).astype(np.intp)
+        width = (u_hi - u_lo) / h_max
+        # at least one panel per site, also for non-finite inputs (those sites are redone
+        # by the near-Gaussian rule in tilted_moments)
+        n_pan = np.ceil(np.where(np.isfinite(width), np.clip(width, 1.0, 1e6), 1.0)).astype(np.intp)
         h = (u_hi - u_lo) / n_pan
 
         # ---- flattened (site, panel) pairs, site-major
@@ -249,6 +256,7 @@ class StudentT(Likelihood):
         bound = a * uc - np.exp(uc) + kappa1
         best = np.maximum.reduceat(phi1, offsets[:-1])
         keep = bound >= best[site] - _PRUNE
+        keep[offsets[:-1]] = True  # every site keeps a panel, even if its values are NaN
         site, u1, hs, bound = site[keep], u1[keep], hs[keep], bound[keep]
         lb_s, beta_s, D_s = lb_s[keep], beta_s[keep], D_s[keep]
 
@@ -325,13 +333,31 @@ class StudentT(Likelihood):
             return np.zeros(0), np.zeros(0), np.zeros(0)
         if 0.5 * eta * (self.df + 1.0) > _LARGE_SHAPE:
             log_Z, mean, var, _ = self._integrate_near_gaussian(y, m, v, eta)
-            return log_Z, mean, var
+            return self._checked(log_Z, mean, var, y, m, v)
         log_Z, mean, var = np.empty_like(y), np.empty_like(y), np.empty_like(y)
         work = {}
-        for start in range(0, y.size, _BLOCK):  # blocks of sites, not single sites
-            sl = slice(start, start + _BLOCK)
-            out = self._integrate(y[sl], m[sl], v[sl], eta, work=work)
-            log_Z[sl], mean[sl], var[sl] = out["log_Z"], out["mean"], out["var"]
+        with np.errstate(all="ignore"):
+            for start in range(0, y.size, _BLOCK):  # blocks of sites, not single sites
+                sl = slice(start, start + _BLOCK)
+                out = self._integrate(y[sl], m[sl], v[sl], eta, work=work)
+                log_Z[sl], mean[sl], var[sl] = out["log_Z"], out["mean"], out["var"]
+        bad = ~(np.isfinite(log_Z) & np.isfinite(mean) & np.isfinite(var) & (var > 0))
+        if np.any(bad):  # extreme inputs the panel scheme cannot represent
+            log_Z[bad], mean[bad], var[bad], _ = self._integrate_near_gaussian(
+                y[bad], m[bad], v[bad], eta
+            )
+        return self._checked(log_Z, mean, var, y, m, v)
+
+    def _checked(self, log_Z, mean, var, y, m, v):
+        """Raise a clear error instead of returning non-finite tilted moments."""
+        bad = ~(np.isfinite(log_Z) & np.isfinite(mean) & np.isfinite(var) & (var > 0))
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            raise FloatingPointError(
+                f"Student-t tilted moments are not finite at {int(bad.sum())} sites (df="
+                f"{self.df:g}, scale={self.scale:g}; e.g. y - m = {y[i] - m[i]:.3g}, cavity "
+                f"variance {v[i]:.3g}); the inputs are outside the range the quadrature covers"
+            )
         return log_Z, mean, var
 
     def tilted_log_Z_gradient(self, y, cavity_mean, cavity_var, power=1.0):
@@ -349,7 +375,8 @@ class StudentT(Likelihood):
             return np.zeros((0, 2))
         if 0.5 * eta * (self.df + 1.0) > _LARGE_SHAPE:
             return self._integrate_near_gaussian(y, m, v, eta)[3]
-        o = self._integrate(y, m, v, eta, want_gradient=True)
+        with np.errstate(all="ignore"):
+            o = self._integrate(y, m, v, eta, want_gradient=True)
         nu = self.df
         beta_part = o["E_rho"] + 2.0 * o["D"] * o["E_rom"]
         g_scale = -eta + beta_part
@@ -359,7 +386,11 @@ class StudentT(Likelihood):
             + 0.5 * beta_part
             + 0.5 * eta * nu * (o["E_u"] - special.digamma(o["a"]))
         )
-        return np.stack([g_df, g_scale], axis=1)
+        grad = np.stack([g_df, g_scale], axis=1)
+        bad = ~np.all(np.isfinite(grad), axis=1)
+        if np.any(bad):  # extreme inputs: the near-Gaussian rule (see tilted_moments)
+            grad[bad] = self._integrate_near_gaussian(y[bad], m[bad], v[bad], eta)[3]
+        return grad
 
     # ----------------------------------------------------------- pointwise
     def log_prob(self, y, f):
