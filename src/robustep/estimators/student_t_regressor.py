@@ -310,7 +310,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 grad = np.concatenate([gk, [gs], [gd] if fit_df else []])
                 if not np.all(np.isfinite(grad)):
                     raise FloatingPointError
-            except (linalg.LinAlgError, FloatingPointError, ValueError):
+            except (linalg.LinAlgError, ArithmeticError, ValueError):  # FloatingPoint, Overflow
                 # Inference failed (e.g. sigma far too small): a quadratic bowl around the
                 # best point so far lets the L-BFGS-B line search backtrack smoothly.
                 state["warm"] = None

@@ -168,7 +168,7 @@ class StudentT(Likelihood):
             return self._near_gaussian_rule(y, m, v, eta)
 
     def _near_gaussian_rule(self, y, m, v, eta):
-        s2 = self.scale**2
+        s2 = np.square(np.float64(self.scale))
         v_g = 1.0 / (1.0 / v + eta / s2)
         mu_g = v_g * (m / v + eta * y / s2)
 
