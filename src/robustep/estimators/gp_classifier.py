@@ -315,11 +315,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 info.get("b", np.zeros(self.X_train_.shape[0])), dtype=float
             ).copy()
         if not self.converged_:
+            others = [f"method={m!r}" for m in ("damped", "power") if m != self.method]
             warnings.warn(
                 f"{self.method} inference did not converge ({self.n_iter_} iterations, "
                 f"max_iter={self.max_iter}, "
-                f"tol={self.tol}); the last finite state is kept. Try method='damped', "
-                "method='rep', a larger max_iter or a larger tol.",
+                f"tol={self.tol}); the last finite state is kept. Try "
+                f"{', '.join(others)}, a larger max_iter or a larger tol.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
