@@ -241,6 +241,21 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
     return ev, _stop_status(ctx, ev) or "max_iter"
 
 
+def _run_parallel_halving(ctx, ev, min_sweeps, halvings):
+    """Parallel sweeps with patience 5 from step 1 - damping; on a stall halve the step
+    (at most ``halvings`` times) and go on.  Returns (evaluation, status)."""
+    step = 1.0 - ctx.damping
+    for attempt in range(halvings + 1):
+        ev, status = _run_parallel(
+            ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=5,
+            min_sweeps=min_sweeps if attempt == 0 else 5, step=step,
+        )  # fmt: skip
+        if status != "stalled" or ctx.n_iter >= ctx.max_iter:
+            break
+        step *= 0.5
+    return ev, status
+
+
 # --------------------------------------------------------------------------- double loop
 def _directional(ev, d_prec, d_shift, eta):
     """Slope of L(lambda~; lambda_s) at ``ev`` along (d_prec, d_shift).
@@ -595,15 +610,7 @@ def expectation_propagation(
             else:
                 # Damped parallel initialisation: undamped (or the user's damping) first; when
                 # the sweeps stall or oscillate, halve the step twice before the double loop.
-                step, min_sweeps = 1.0 - damping, n_parallel_init
-                for _ in range(3):
-                    ev, status = _run_parallel(
-                        ctx, ev, robust=True, max_sweeps=max_iter, patience=5,
-                        min_sweeps=min_sweeps, step=step,
-                    )  # fmt: skip
-                    if status != "stalled" or ctx.n_iter >= max_iter:
-                        break
-                    step, min_sweeps = 0.5 * step, 5
+                ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=2)
             if status in ("stalled", "max_iter") and ctx.n_iter < max_iter:
                 ev, status = _run_double_loop(
                     ctx, _evaluate(ctx, ev.precision, ev.shift), max_inner=max_inner
@@ -611,15 +618,7 @@ def expectation_propagation(
         elif robust and site_update is not None:
             # A custom update (e.g. REP) has no EP objective for the double loop to
             # line-search, so a stall only halves the step (up to five times).
-            step, min_sweeps = 1.0 - damping, n_parallel_init
-            for _ in range(6):
-                ev, status = _run_parallel(
-                    ctx, ev, robust=True, max_sweeps=max_iter, patience=5,
-                    min_sweeps=min_sweeps, step=step,
-                )  # fmt: skip
-                if status != "stalled" or ctx.n_iter >= max_iter:
-                    break
-                step, min_sweeps = 0.5 * step, 5
+            ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=5)
         else:
             ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=max_iter)
     return _finish(ctx, ev, status)

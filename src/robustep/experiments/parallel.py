@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["n_jobs", "use_jobs", "parallel_map"]
+__all__ = ["n_jobs", "use_jobs", "parallel_map", "unit_seed"]
 
 _N_JOBS: contextvars.ContextVar[int] = contextvars.ContextVar("robustep_n_jobs", default=1)
 
@@ -34,6 +34,14 @@ def _check_jobs(jobs: int) -> int:
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1 (or -1 for all cores), got {jobs}")
     return jobs
+
+
+def unit_seed(*keys) -> int:
+    """A 32-bit seed derived from integer ``keys`` (e.g. seed, data set, split), the same
+    whichever order or process the units run in."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
 
 
 def n_jobs() -> int:

@@ -41,6 +41,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.model_selection import KFold
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.parallel import unit_seed
 
 ALL_METHODS = ("GA", "LA1", "LA2", "EP1", "EP2", "EP3", "fVB1", "fVB2", "VB1", "VB2", "MCMC")
 _SPEC = {
@@ -67,11 +68,6 @@ def _friedman_latent(X):
     )
 
 
-def _unit_seed(*keys) -> int:
-    """A 32-bit seed derived from ``(seed, unit keys...)``, whatever order units run in."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
-
-
 def _dataset_key(name: str) -> int:
     """A stable integer for a data set name (adding a data set changes no other's seeds)."""
     return zlib.crc32(name.encode())
@@ -89,9 +85,9 @@ def _splits(name, config, seed):
         out = []
         for r in range(config["friedman_sets"]):
             X, y = make_friedman_outliers(
-                config["friedman_n"], 10, random_state=_unit_seed(seed, key, r, 0)
+                config["friedman_n"], 10, random_state=unit_seed(seed, key, r, 0)
             )
-            rng = np.random.default_rng(_unit_seed(seed, key, r, 1))
+            rng = np.random.default_rng(unit_seed(seed, key, r, 1))
             Xt = rng.uniform(size=(config["friedman_test"], 10))
             ft = _friedman_latent(Xt)
             out.append((X, y, Xt, ft + rng.standard_normal(ft.size), ft))
@@ -101,11 +97,11 @@ def _splits(name, config, seed):
     X, y = (load_boston if name == "boston" else load_concrete)()
     n_max = config.get(f"{name}_n_max")
     if n_max and X.shape[0] > n_max:
-        rng = np.random.default_rng(_unit_seed(seed, key))
+        rng = np.random.default_rng(unit_seed(seed, key))
         idx = rng.choice(X.shape[0], n_max, replace=False)
         X, y = X[idx], y[idx]
     k = config.get(f"{name}_folds", 10 if name == "boston" else 2)
-    folds = KFold(k, shuffle=True, random_state=_unit_seed(seed, key))
+    folds = KFold(k, shuffle=True, random_state=unit_seed(seed, key))
     splits = [(X[tr], y[tr], X[te], y[te], None) for tr, te in folds.split(X)]
     used = config.get(f"{name}_folds_used")  # evaluate only the first folds (same training size)
     return splits[: int(used)] if used else splits
@@ -196,11 +192,11 @@ def run(config: dict, seed: int) -> dict:
         for split, (Xtr, ytr, Xte, yte, fte) in enumerate(_splits(ds, config, seed)):
             targets[ds, split] = yte if fte is None else fte
             data = (Xtr, ytr, Xte, yte)
-            fit_seed = _unit_seed(seed, dkey, split)
+            fit_seed = unit_seed(seed, dkey, split)
             for m in config["methods"]:
                 chains = range(n_chains) if m == "MCMC" else [0]
                 for c in chains:
-                    s = fit_seed if c == 0 else _unit_seed(seed, dkey, split, c)
+                    s = fit_seed if c == 0 else unit_seed(seed, dkey, split, c)
                     keys.append((ds, split, m, c))
                     items.append((m, s, per_chain if m == "MCMC" else None, data))
                     cost.append(_COST.get(m, 1) * len(ytr) ** 3 / (n_chains if m == "MCMC" else 1))

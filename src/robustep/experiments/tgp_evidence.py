@@ -32,6 +32,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.parallel import unit_seed
 
 
 def _map_fit(item, config):
@@ -134,7 +135,7 @@ def run(config: dict, seed: int) -> dict:
         for i, ll in enumerate(log_l):
             for j, ls in enumerate(log_s2):
                 keys.append((ex, i, j))
-                s = int(np.random.SeedSequence([seed, ex, i, j]).generate_state(1)[0])
+                s = unit_seed(seed, ex, i, j)
                 items.append((fit["X"], fit["ys"], fit["df"], fit["scale"], ll, ls, s))
     done = parallel_map(partial(_grid_point, config=config), items)
     out = {"examples": {}}

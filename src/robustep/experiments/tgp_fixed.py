@@ -24,13 +24,9 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.model_selection import KFold
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.parallel import unit_seed
 
 METHODS = {"LA": "laplace", "EP": "ep", "fVB": "fvb", "VB": "vb"}
-
-
-def _unit_seed(*keys) -> int:
-    """A 32-bit seed derived from ``(seed, unit keys...)``, whatever order units run in."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
 
 
 def _kernel(d):
@@ -121,7 +117,7 @@ def run(config: dict, seed: int) -> dict:
     y = (y - y.mean()) / y.std()
     n_chains = max(1, int(config.get("hyper_chains", 1)))
     per_chain = max(1, int(round(config["n_hyper"] / n_chains)))
-    chain_seeds = [seed] + [_unit_seed(seed, 1, c) for c in range(1, n_chains)]
+    chain_seeds = [seed] + [unit_seed(seed, 1, c) for c in range(1, n_chains)]
     chains = parallel_map(
         partial(_hyper_chain, X=X, y=y, config=config), [(s, per_chain) for s in chain_seeds]
     )
@@ -130,7 +126,7 @@ def run(config: dict, seed: int) -> dict:
     names = [*METHODS, "MCMC"]
     folds = list(KFold(config["n_folds"], shuffle=True, random_state=seed).split(X))
     items = [
-        (name, f, tr, te, _unit_seed(seed, 2, f))
+        (name, f, tr, te, unit_seed(seed, 2, f))
         for name in ("MCMC", *METHODS)  # the costly fixed-hyperparameter MCMC units first
         for f, (tr, te) in enumerate(folds)
     ]

@@ -170,6 +170,16 @@ def tilted_normaliser(m, s2, df, y, eps):
     return np.log(eps + (1.0 - 2.0 * eps) * _t_cdf(z, df))
 
 
+def _t_log_density_and_tail(u0, n):
+    """(log f_n(u0), log P(u > u0)) of the standard Student-t with n dof (n = inf: normal)."""
+    logf = _t_logpdf_std(u0, n)
+    if np.isinf(n):
+        return logf, log_ndtr(-u0)
+    with np.errstate(divide="ignore"):
+        logp = np.log(stdtr(n, -u0))
+    return logf, np.where(np.isfinite(logp), logp, log_ndtr(-u0))  # only for huge n
+
+
 def _tilted_u_moments(u0, n, a, b):
     """Moments of u ~ t_n (standard; n = inf: normal) tilted by a + (b - a) 1{u > u0}.
 
@@ -177,13 +187,7 @@ def _tilted_u_moments(u0, n, a, b):
     the tails (ratios f / P in log space when a = 0).
     """
     u0 = np.asarray(u0, dtype=float)
-    logf = _t_logpdf_std(u0, n)
-    if np.isinf(n):
-        logp = log_ndtr(-u0)
-    else:
-        with np.errstate(divide="ignore"):
-            logp = np.log(stdtr(n, -u0))
-        logp = np.where(np.isfinite(logp), logp, log_ndtr(-u0))  # only for huge n
+    logf, logp = _t_log_density_and_tail(u0, n)
     if np.isinf(n):
         var_u = 1.0
         if a == 0.0:

@@ -37,11 +37,11 @@ import dataclasses
 
 import numpy as np
 from scipy.linalg import cholesky, lu_factor, lu_solve
-from scipy.special import log_ndtr, stdtr
 
 from robustep.families.t_exponential import t_of_df
 from robustep.tep.ep import TEPInfo
 from robustep.tep.likelihood import (
+    _t_log_density_and_tail,
     _t_logpdf_std,
     _tilted_u_moments,
     escort_tilted_marginal,
@@ -334,13 +334,7 @@ def _tilted_rho(u0, n, a, b):
     """``rho = (b - a) f_n(u0) / (a + (b - a) P(u > u0))`` for the tilted t of
     :func:`robustep.tep.likelihood._tilted_u_moments`; then ``d mean / d u0 =
     rho (mean - u0)`` and ``d var / d u0 = rho (var - (mean - u0)^2)`` (derivation §8.4)."""
-    logf = _t_logpdf_std(u0, n)
-    if np.isinf(n):
-        logp = log_ndtr(-u0)
-    else:
-        with np.errstate(divide="ignore"):
-            logp = np.log(stdtr(n, -u0))
-        logp = np.where(np.isfinite(logp), logp, log_ndtr(-u0))
+    logf, logp = _t_log_density_and_tail(u0, n)
     log_ba = np.log(b - a)
     log_z = log_ba + logp if a == 0.0 else np.logaddexp(np.log(a), log_ba + logp)
     return np.exp(log_ba + logf - log_z)
