@@ -6,17 +6,9 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from threadpoolctl import threadpool_limits
 
 from _reference_gaussian_ep import gaussian_bpm_ep
 from robustep.estimators.bpm import BayesPointMachine
-
-
-@pytest.fixture(autouse=True)
-def _single_threaded_blas():
-    """Small matrices: one BLAS thread avoids oversubscription on shared machines."""
-    with threadpool_limits(limits=1):
-        yield
 
 
 @parametrize_with_checks([BayesPointMachine(max_iter=5, label_noise=0.05)])

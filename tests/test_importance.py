@@ -3,18 +3,10 @@
 import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-from threadpoolctl import threadpool_limits
 
 import _reference_student_t as st
 from _reference_likelihoods import GaussianReference, StudentTReference
 from robustep.baselines.importance import ais_log_marginal_likelihood, annealing_schedule
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    # threaded BLAS on small matrices is very slow on a shared machine
-    with threadpool_limits(1):
-        yield
 
 
 def test_schedule_endpoints_and_monotone():

@@ -4,20 +4,12 @@ import numpy as np
 import pytest
 from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-from threadpoolctl import threadpool_limits
 
 from _reference_likelihoods import GaussianReference, StudentTReference
 from robustep.baselines.laplace import (
     laplace_approximation,
     laplace_log_marginal_likelihood_gradient,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    # threaded BLAS on small matrices is very slow on a shared machine
-    with threadpool_limits(1):
-        yield
 
 
 def _problem(n=12, seed=0, outliers=True):

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-from threadpoolctl import threadpool_limits
 
 import _reference_student_t as st
 from robustep.baselines.mcmc import (
@@ -12,13 +11,6 @@ from robustep.baselines.mcmc import (
     slice_sample_1d,
     split_rhat,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    # threaded BLAS on small matrices is very slow on a shared machine
-    with threadpool_limits(1):
-        yield
 
 
 def test_rhat_and_ess_on_known_chains():

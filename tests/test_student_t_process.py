@@ -7,7 +7,6 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from threadpoolctl import threadpool_limits
 
 from _reference_gaussian_ep import gaussian_gpc_ep
 from robustep.estimators.student_t_process import StudentTProcessClassifier, default_kernel
@@ -18,13 +17,6 @@ from robustep.tep.process import (
     process_log_marginal_likelihood_gradient,
     process_tep,
 )
-
-
-@pytest.fixture(autouse=True)
-def _single_threaded_blas():
-    """Small matrices: one BLAS thread avoids oversubscription on shared machines."""
-    with threadpool_limits(limits=1):
-        yield
 
 
 @parametrize_with_checks([StudentTProcessClassifier(optimizer=None, max_iter=10, label_noise=0.05)])

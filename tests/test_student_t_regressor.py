@@ -8,17 +8,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from threadpoolctl import threadpool_limits
 
 import _reference_student_t as st
 from robustep.estimators.student_t_regressor import StudentTGPRegressor, default_df_grid
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    # Threaded BLAS on small matrices is ~100x slower on a shared 2-core machine.
-    with threadpool_limits(1):
-        yield
 
 
 def _data(n=40, seed=0):

@@ -3,20 +3,12 @@
 import numpy as np
 import pytest
 from scipy import integrate, optimize
-from threadpoolctl import threadpool_limits
 
 from _reference_gaussian_ep import gaussian_bpm_ep, gaussian_gpc_ep
 from robustep.families import t_exponential as te
 from robustep.tep.ep import linear_log_marginal_likelihood, linear_posterior, linear_tep
 from robustep.tep.likelihood import tilted_normaliser
 from robustep.tep.process import process_log_marginal_likelihood, process_posterior, process_tep
-
-
-@pytest.fixture(autouse=True)
-def _single_threaded_blas():
-    """Small matrices: one BLAS thread avoids oversubscription on shared machines."""
-    with threadpool_limits(limits=1):
-        yield
 
 
 def _data(n=8, seed=0, k=2, noise=0.5):

@@ -4,17 +4,10 @@ import json
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from robustep.experiments import registered
 from robustep.experiments.tgp_benchmark import bayesian_bootstrap
 from robustep.experiments.tgp_examples import make_example, true_function
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    with threadpool_limits(1):
-        yield
 
 
 def test_registered_with_quick_and_full():

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-from threadpoolctl import threadpool_limits
 
 import _reference_student_t as st
 from _reference_likelihoods import StudentTReference
@@ -16,13 +15,6 @@ from robustep.baselines.variational import (
     variational_bounds,
     vb_log_marginal_likelihood_gradient,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_blas_thread():
-    # threaded BLAS on small matrices is very slow on a shared machine
-    with threadpool_limits(1):
-        yield
 
 
 def _problem(n=10, seed=0):
