@@ -79,9 +79,10 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         * "finite-difference": central differences (step 1e-4) of the converged evidence,
           EP re-run warm-started: 2 EP runs per hyperparameter per gradient.  It is also
           inaccurate unless the EP tolerance is tiny: the warm-started runs stop after a
-          few sweeps.  On Sonar the error is 54% at inner tol 1e-6, 1.8% at 1e-8 (the
-          default) and 4e-5 at 1e-10, where it costs ~130 times more than "implicit" for
-          the 63 ARD hyperparameters.  Kept as a reference.
+          few sweeps.  On Sonar the error is 1.8% at the default inner tolerance 1e-8
+          and 4e-5 at 1e-10, where it costs ~100 times more than "implicit" for the 63
+          ARD hyperparameters (``benchmarks/stc_gradient.py --sonar``).  Kept as a
+          reference.
         * "auto": "explicit" for df = inf (exact there), "implicit" otherwise.  An
           evaluation whose analytic gradient is not finite falls back to finite
           differences.
