@@ -166,6 +166,19 @@ def _close_figures() -> None:
         plt.close("all")
 
 
+def _configuration(experiment: Experiment, mode: str, overrides: dict) -> dict:
+    """The mode's configuration with ``overrides`` applied; unknown keys raise ValueError."""
+    config = dict(getattr(experiment, mode))
+    unknown = sorted(set(overrides) - set(config))
+    if unknown:
+        raise ValueError(
+            f"{experiment.name} has no configuration entries {unknown}; "
+            f"its {mode} configuration has: {sorted(config)}"
+        )
+    config.update(overrides)
+    return config
+
+
 def run_experiment(
     experiment: Experiment,
     out: str | Path,
@@ -185,15 +198,8 @@ def run_experiment(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    config = dict(getattr(experiment, mode))
     overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(config))
-    if unknown:
-        raise ValueError(
-            f"{experiment.name} has no configuration entries {unknown}; "
-            f"its {mode} configuration has: {sorted(config)}"
-        )
-    config.update(overrides)
+    config = _configuration(experiment, mode, overrides)
     out_dir = Path(out) / experiment.name
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("traceback.txt", "results.json"):
@@ -298,12 +304,7 @@ def reproduce(
     if overrides and len(experiments) != 1:
         raise ValueError("configuration overrides (--set) apply to exactly one experiment")
     if overrides:  # fail before any work if a key is unknown
-        unknown = sorted(set(overrides) - set(getattr(experiments[0], mode)))
-        if unknown:
-            raise ValueError(
-                f"{experiments[0].name} has no configuration entries {unknown}; its {mode} "
-                f"configuration has: {sorted(getattr(experiments[0], mode))}"
-            )
+        _configuration(experiments[0], mode, overrides)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say = log or (lambda _msg: None)
