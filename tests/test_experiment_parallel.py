@@ -2,12 +2,14 @@
 
 import functools
 import json
+import os
+import time
 import warnings
 
 import pytest
 
 from robustep.cli import main
-from robustep.experiments.parallel import n_jobs, parallel_map, use_jobs
+from robustep.experiments.parallel import n_jobs, parallel_map, save_units, use_jobs
 
 
 def _square_and_warn(x, *, offset=0):
@@ -83,3 +85,47 @@ def test_rerender_rebuilds_the_report_from_saved_results(tmp_path, capsys):
     assert (tmp_path / "index.html").exists()
     assert main(["rerender", "tgp-convergence", "--out", str(tmp_path / "empty")]) == 2
     assert "no results.json" in capsys.readouterr().err
+
+
+def _marked_square(folder, x):
+    """Leaves a marker file per call, so that a test can count the calls across processes."""
+    import pathlib
+
+    (pathlib.Path(folder) / f"called-{x}-{os.getpid()}-{time.perf_counter_ns()}").touch()
+    return x * x
+
+
+def test_units_saved_as_they_finish_and_reused_with_two_processes(tmp_path):
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+    units = tmp_path / "units"
+    func = functools.partial(_marked_square, str(calls_dir))
+    seen = []
+    with use_jobs(2), save_units(units, seen.append):
+        assert parallel_map(func, range(5)) == [x * x for x in range(5)]
+    assert len(list(calls_dir.iterdir())) == 5
+    files = sorted(p.name for p in units.glob("*.pkl"))
+    assert [f[:8] for f in files] == [f"00-{i:05d}" for i in range(5)]
+    assert [(p.done, p.total, p.loaded) for p in seen] == [(i, 5, 0) for i in range(6)]
+    assert seen[-1].remaining_seconds() == 0.0
+    # a second run reuses them all; another unit function (or configuration) does not
+    (units / files[2]).unlink()
+    seen.clear()
+    with use_jobs(2), save_units(units, seen.append):
+        assert parallel_map(func, range(5)) == [x * x for x in range(5)]
+        assert parallel_map(func, [7]) == [49]  # the second call of the run: new file names
+    assert len(list(calls_dir.iterdir())) == 7  # unit 2 again, and 7
+    assert (seen[0].done, seen[0].loaded) == (4, 4) and seen[0].remaining_seconds() is None
+    other = functools.partial(_marked_square, str(calls_dir) + "/")
+    with save_units(units):
+        parallel_map(other, [0])
+    assert len(list(calls_dir.iterdir())) == 8
+
+
+def test_a_corrupt_unit_file_is_recomputed(tmp_path):
+    with save_units(tmp_path):
+        assert parallel_map(abs, [-2, -3]) == [2, 3]
+    for f in tmp_path.glob("*.pkl"):
+        f.write_bytes(b"truncated")
+    with save_units(tmp_path):
+        assert parallel_map(abs, [-2, -3]) == [2, 3]

@@ -324,6 +324,9 @@ def test_result_fields_and_relaxation_only_for_rbp():
         (dict(max_iter=0), ValueError, "max_iter"),
         (dict(max_iter=2.5), ValueError, "max_iter"),
         (dict(tol=0.0), ValueError, "tol"),
+        (dict(freeze_after=5), ValueError, "only used by method='relaxed'"),
+        (dict(method="relaxed", freeze_after=-1), ValueError, "non-negative integer"),
+        (dict(method="relaxed", freeze_after=2.5), ValueError, "non-negative integer"),
     ],
 )
 def test_validation_messages(kw, exc, msg):
@@ -369,3 +372,90 @@ def test_relaxed_fit_in_chunks_equals_one_batch():
     u_j = eng.log_b[:, eng.Ej] - eng.M[:, :m]
     ref = fit_relaxation(mrf.log_pairwise, u_i.T, u_j.T, eng.M[:, m:].T, eng.M[:, :m].T, 0.01)
     np.testing.assert_array_equal(b, ref)
+
+
+# ---------------------------------------------------------------------- the paper's residual R
+def suppressive_grid(k, side=3):
+    """Binary Ising on a side × side grid with strong suppressive couplings (rbp-ising's family)."""
+    rng = np.random.default_rng([0, k])
+    E = grid_edges(side, side)
+    return ising(rng.normal(0, 0.1, side * side), E, -np.abs(rng.normal(0, 2.0, len(E))))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_history_l2_is_the_two_norm_of_the_message_change(schedule):
+    mrf = loopy_weak(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        runs = [
+            belief_propagation(mrf, schedule=schedule, max_iter=t, tol=1e-30) for t in (1, 2, 3, 4)
+        ]
+    # R_t from a 4-sweep run equals the change between the messages after t−1 and t sweeps
+    full = runs[-1]
+    assert full.history_l2.shape == (4,)
+    for t in (1, 2, 3):
+        d = np.exp(runs[t].log_messages) - np.exp(runs[t - 1].log_messages)
+        np.testing.assert_allclose(full.history_l2[t], np.sqrt(np.sum(d * d)), rtol=1e-10)
+    assert full.first_below(1.0) == 1 and full.first_below(0.0) is None
+
+
+# ---------------------------------------------------------------------- freezing b (rbp.md)
+def _relaxed_fixed_point_gap(mrf, res):
+    """max |exp M_new − exp M| of one parallel eq. (RBP) update at the result's b (frozen)."""
+    eng = _Engine(mrf, "relaxed", 0.0, 1.0, 0.1)
+    eng.M = np.ascontiguousarray(res.log_messages.T)
+    eng.b = res.relaxation.copy()
+    eng.frozen = True
+    eng.log_b = eng._beliefs()
+    to_j, to_i, b = eng.candidates()
+    np.testing.assert_array_equal(b, res.relaxation)
+    new = np.concatenate([to_j, to_i], axis=1)
+    return float(np.abs(np.exp(new) - np.exp(eng.M)).max())
+
+
+def test_frozen_relaxation_stops_the_limit_cycle():
+    # this instance's b_ij flip at the 1e−6 level for ever when refitted (a limit cycle of the
+    # argmin over b); frozen after 50 sweeps the messages converge
+    mrf = suppressive_grid(0)
+    kw = dict(method="relaxed", relaxation=0.1, schedule="sequential", max_iter=200, tol=1e-8)
+    with pytest.warns(ConvergenceWarning):
+        cyc = belief_propagation(mrf, **kw)
+    assert not cyc.converged and cyc.history[-1] > 1e-7 and np.any(cyc.relaxation > 0)
+    frz = belief_propagation(mrf, freeze_after=50, **kw)
+    assert frz.converged and 50 < frz.n_iter < 200 and frz.frozen_at == 50
+    assert cyc.frozen_at is None
+    # the result is a fixed point of eq. (RBP) at the frozen b, with b ≠ 0 on some edges ...
+    assert np.any(frz.relaxation > 0)
+    assert _relaxed_fixed_point_gap(mrf, frz) < 1e-7
+    # ... next to where the cycling run wanders (its oscillation is at the 1e−6 level)
+    assert np.abs(frz.marginals - cyc.marginals).max() < 1e-4
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "residual"])
+def test_frozen_relaxation_keeps_the_fixed_point_where_rbp_converges(schedule):
+    # an instance where refitted RBP converges with b > 0 on several edges: freezing after a
+    # burn-in lands on the same fixed point (the parallel schedule oscillates on this
+    # bipartite antiferromagnet, for BP as well)
+    mrf = suppressive_grid(1)
+    kw = dict(method="relaxed", relaxation=0.1, schedule=schedule, max_iter=400, tol=1e-10)
+    free = belief_propagation(mrf, **kw)
+    assert free.converged and np.mean(free.relaxation > 0) > 0.2
+    frz = belief_propagation(mrf, freeze_after=30, **kw)
+    assert frz.converged
+    # b frozen at sweep 30 equals the refitted b to a few line-search cells (8e−6 each), and
+    # the fixed point moves with b by about that much
+    np.testing.assert_allclose(frz.relaxation, free.relaxation, atol=1e-4)
+    np.testing.assert_allclose(frz.marginals, free.marginals, atol=1e-5)
+    assert (
+        np.abs(frz.marginals - free.marginals).max()
+        < 0.01 * np.abs(free.marginals - belief_propagation(mrf, schedule=schedule).marginals).max()
+    )
+    assert _relaxed_fixed_point_gap(mrf, frz) < 1e-8
+
+
+def test_freeze_at_zero_sweeps_is_bp():
+    mrf = suppressive_grid(1)
+    bp = belief_propagation(mrf, schedule="sequential")
+    frz = belief_propagation(mrf, method="relaxed", schedule="sequential", freeze_after=0)
+    assert np.all(frz.relaxation == 0.0) and frz.frozen_at == 0
+    np.testing.assert_array_equal(frz.log_messages, bp.log_messages)

@@ -19,6 +19,7 @@ TINY = {
     "schedule": "sequential",
     "max_iter": 15,
     "tol": 1e-8,
+    "freeze_after": 5,
 }
 
 
@@ -38,9 +39,14 @@ def test_rbp_ising_runs_and_reports(tmp_path):
         "damped BP (step 0.8)",
         "fractional BP (power 0.8)",
         "RBP (c = 0.1)",
+        "RBP, b frozen",
     }
     for v in row["methods"].values():
         assert 0 <= v["mae"] <= v["max_err"] <= 1
+        # the paper's rule R < 1e-3 is looser than the strict tol: never fewer convergences,
+        # and where it stops it is no later than the strict run
+        assert v["paper_converged"] or not v["converged"]
+        assert 1 <= v["paper_iter"] <= v["n_iter"]
     assert row["c_sweep"]["0.1"] == row["methods"]["RBP (c = 0.1)"]
     # the same seed gives the same numbers
     assert EXPERIMENT.run(TINY, 0)["results"] == res["results"]
@@ -51,8 +57,23 @@ def test_rbp_ising_runs_and_reports(tmp_path):
     assert len(summary.tables) == 3 and all(t.startswith("|") for t in summary.tables)
     for f in summary.figures:
         assert (tmp_path / f).stat().st_size > 1000
+    assert set(summary.captions) == set(summary.figures)  # one caption per figure
     assert "Mean absolute error" in summary.measured
     assert "garbled" in summary.notes
+    assert "R < 1e-3" in summary.tables[0] and "RBP, b frozen (after 5 sweeps)" in summary.tables[0]
+    assert "R = ‖p_t − p_{t−1}‖₂ < 1e-3" in summary.notes
+
+
+def test_rbp_ising_reports_results_without_the_paper_criterion(tmp_path):
+    # results.json files written before the paper's criterion was recorded still render
+    cfg = {**TINY, "graphs": ["grid:2x3"], "freeze_after": None}
+    res = EXPERIMENT.run(cfg, 0)
+    for rows in res["results"].values():
+        for row in rows:
+            for d in [*row["methods"].values(), *row["c_sweep"].values()]:
+                d.pop("paper_converged", None), d.pop("paper_iter", None)
+    summary = EXPERIMENT.report(res, tmp_path)
+    assert "n/a" in summary.tables[0] and "RBP, b frozen" not in summary.tables[0]
 
 
 def test_rbp_ising_is_registered_with_paper_sizes():

@@ -64,10 +64,38 @@ def test_rep_toy_tiny_run_and_report(tmp_path):
     # c = 1e4 is large: REP must equal EP on this toy
     assert res["rep_sweep"][-1]["err_mean"] == pytest.approx(ep["err_mean"], abs=1e-10)
     assert max(res["rep_sweep"][-1]["b"]) == 0.0
+    # the second toy: REP vs EP reported on both, with relative mean errors
+    second = res["second_toy"]
+    assert len(second["rep_sweep"]) == len(res["c_values"])
     summary = rep_toy.report(res, tmp_path)
     assert summary.agrees in (True, False, None) and summary.measured
+    assert "second toy" in summary.tables[-1] and "second toy" in summary.measured
+    assert "rep_toy_both.png" in summary.figures and set(summary.captions) == set(summary.figures)
     for f in summary.figures:
         assert (tmp_path / f).stat().st_size > 0
+
+
+def test_second_toy_is_the_first_data_set_where_ep_is_visibly_wrong():
+    X, y, k, tried = rep_toy.boundary_toy(0.2)
+    assert X.shape == (8, 2) and set(np.unique(y)) <= {-1.0, 1.0}
+    assert len(tried) == k + 1 and tried[-1] >= 0.05 and all(t < 0.05 for t in tried[:-1])
+    # the rule looks at EP only: recomputing EP's relative error on the chosen set agrees
+    mean, cov, _ = rep_toy.exact_posterior(X, y, 0.2)
+    ep = rep_toy.run_method(X, y, 0.2)
+    assert rep_toy.relative_mean_error(ep["mean"], mean, cov) == pytest.approx(tried[-1])
+    # the exact posterior of the second toy agrees with the grid check (midpoint rule across
+    # the likelihood's steps: error O(cell width 0.0175)), far below EP's error
+    g_mean, g_cov = rep_toy.grid_posterior(X, y, 0.2, size=801)
+    np.testing.assert_allclose(g_mean, mean, atol=4e-3)
+    np.testing.assert_allclose(g_cov, cov, atol=4e-3)
+    assert np.linalg.norm(np.subtract(ep["mean"], mean)) > 5 * np.linalg.norm(g_mean - mean)
+
+
+def test_relative_mean_error_is_in_units_of_the_posterior_std():
+    cov = np.diag([4.0, 0.25])  # RMS std √((4 + 0.25)/2)
+    assert rep_toy.relative_mean_error([3.0, 4.0], [0.0, 0.0], cov) == pytest.approx(
+        5.0 / np.sqrt(2.125)
+    )
 
 
 def test_rep_synthetic_tiny_run_and_report(tmp_path):
@@ -91,7 +119,11 @@ def test_synthetic_generator_shapes_and_labels():
 
 
 def test_rep_uci_missing_data_propagates(tmp_path, monkeypatch):
-    # no other place to find the file: not $ROBUSTEP_DATA, not ~/robustep_data
+    # no other place to find the file: not $ROBUSTEP_DATA, not ~/robustep_data, and
+    # (as if this installation had lost them) not the copies shipped with robustep
+    from robustep.datasets import _files
+
+    monkeypatch.setattr(_files, "PACKAGED_DIR", tmp_path / "no-packaged")
     monkeypatch.delenv("ROBUSTEP_DATA", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = dict(rep_uci.EXPERIMENT.quick, datasets=["heart"], data_home=str(tmp_path))
@@ -162,3 +194,32 @@ def test_rep_uci_jobs_do_not_change_results():
     # a split's random numbers depend on (seed, data set, flip rate, split) only
     alone = rep_uci.run(dict(cfg, datasets=["haberman"]), 3)
     assert json.dumps(alone["tasks"]["haberman"]) == json.dumps(res["tasks"]["haberman"])
+
+
+def test_rep_synthetic_counts_the_paper_rule_and_the_strict_one():
+    rng = np.random.default_rng(4)
+    X, y = rep_synthetic.sample(25, rng)
+    y[rng.choice(y.size, 5, replace=False)] *= -1
+    from sklearn.gaussian_process.kernels import RBF
+
+    kernel = RBF(1.0)
+    K = kernel(X) + 1e-8 * np.eye(y.size)
+    cfg = dict(rep_synthetic.EXPERIMENT.quick, max_iter=60)
+    res, R, stop = rep_synthetic.fit_method(K, y, 0.1, "EP", cfg)
+    # the paper's loop stops at the first sweep with R < 1e-3; the run goes on to the strict test
+    assert stop["converged"] and stop["strict"] and res.converged
+    first = 2 + int(np.flatnonzero(np.array(R) < 1e-3)[0])  # R[k] compares sweeps k+1, k+2
+    assert stop["sweep"] == first < res.n_iter
+    # the latent mean k(X*, X) α equals the result's predictive mean (checked at the end)
+    Xt, _ = rep_synthetic.sample(7, rng)
+    np.testing.assert_allclose(
+        rep_synthetic._alpha_mean(res.posterior.alpha, kernel, X, Xt),
+        rep_synthetic._latent_mean(res, kernel, X, Xt),
+        rtol=1e-8,
+        atol=1e-10,
+    )
+    # without strict_tol (configurations before it existed) the run stops at the paper's rule
+    cfg.pop("strict_tol")
+    res2, R2, stop2 = rep_synthetic.fit_method(K, y, 0.1, "EP", cfg)
+    assert res2.n_iter == stop2["sweep"] == first and stop2["strict"] is None
+    np.testing.assert_allclose(stop2["alpha"], stop["alpha"], rtol=1e-12)

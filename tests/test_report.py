@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -282,9 +281,10 @@ def test_reproduce_all_continues_after_failures_and_writes_index(tmp_path):
     lines = []
     records = reproduce(["all"], tmp_path, seed=1, log=lines.append)
     assert [r.status for r in records] == ["ok", "no-data", "failed"]
-    assert len(lines) == 4 and lines[0].startswith("[1/3] a-ok") and " s " in lines[0]
+    assert len(lines) == 5 and lines[0].startswith("[1/3] a-ok") and " s " in lines[0]
     assert "LACKED DATA" in lines[1] and "FAILED (KeyError" in lines[2]
     assert "1 ok, 1 lacked data, 1 failed" in lines[3] and "FAILED: c-fail" in lines[3]
+    assert lines[4] == "Warnings: none."
 
     html = (tmp_path / "index.html").read_text()
     assert html.index("FAILED (1)") < html.index("<h2>Results</h2>") < html.index("Lacked data")
@@ -355,8 +355,7 @@ def test_register_rejects_duplicate_names():
 # ---------------------------------------------------------------- progress
 
 
-def test_progress_plain_prints(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if tqdm were not installed
+def test_progress_plain_prints(capsys):
     assert list(progress(range(20), "sweeps")) == list(range(20))
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 10 and err[-1].strip().startswith("sweeps: 20/20")
@@ -364,9 +363,58 @@ def test_progress_plain_prints(monkeypatch, capsys):
     assert "gen: 3 (" in capsys.readouterr().err
 
 
-def test_progress_tqdm_and_disable(capsys):
-    pytest.importorskip("tqdm")
-    assert list(progress(range(5), "x")) == list(range(5))
-    capsys.readouterr()
+def test_progress_disable(capsys):
     assert list(progress(range(5), "x", disable=True)) == list(range(5))
     assert capsys.readouterr().err == ""
+
+
+def test_progress_under_the_runner_feeds_the_one_display(tmp_path, capsys):
+    """Inside an experiment, progress() reports to the runner's display (no own output)."""
+    seen = []
+
+    def run(config, seed):
+        return {"items": list(progress(range(4), "loop")), "mean": 0.5, "n": 4}
+
+    exp, _ = make_experiment("looped", run=run)
+    rec = run_experiment(exp, tmp_path, on_units=lambda u: seen.append((u.done, u.total)))
+    assert rec.status == "ok"
+    assert seen == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
+    assert "loop" not in capsys.readouterr().err
+
+
+def test_live_display_draws_one_status_line(tmp_path):
+    import io
+    import time
+
+    from robustep.experiments.parallel import UnitProgress
+    from robustep.experiments.runner import _clock, _Display
+
+    assert _clock(75.2) == "1:15" and _clock(3725) == "1:02:05"
+    stream = io.StringIO()
+    display = _Display(3, live=True, stream=stream)
+    display.begin(2, "rep-toy")
+    display.on_units(UnitProgress(5, 20, 1, time.perf_counter() - 8.0))
+    display.end()
+    display.close()
+    text = stream.getvalue()
+    assert "[2/3] rep-toy" in text and "units 5/20, ~0:30 left (1 resumed)" in text
+    assert text.endswith("\r\033[K") and "\n" not in text  # one line, cleared at the end
+
+
+def test_live_display_of_experiments_side_by_side():
+    import io
+    import time
+
+    from robustep.experiments.runner import _Display
+
+    stream = io.StringIO()
+    display = _Display(4, live=True, stream=stream)
+    t0 = time.perf_counter()
+    display.running({"a": t0 - 65.0, "b": t0})
+    display.finished("a", ["b", "c", "d"])  # a is done: c starts beside b
+    assert list(display.side_by_side) == ["b", "c"]
+    display.finished("c", ["b", "d"])
+    assert list(display.side_by_side) == ["b", "d"] and display.k == 2
+    display.close()
+    text = stream.getvalue()
+    assert "[0/4 done] running: a 1:05, b 0:00" in text and "\n" not in text

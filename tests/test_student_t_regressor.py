@@ -161,3 +161,92 @@ def test_convergence_warning(monkeypatch):
         est = StudentTGPRegressor(method="vb", optimizer=None).fit(X, y)
     assert est.converged_ is False
     assert np.all(np.isfinite(est.predict(X)))
+
+
+# ------------------------------------------------ issue 17 §5: predictions of y, bounds
+def test_one_point_fit_warns_hyperparameters_at_bounds():
+    with pytest.warns(ConvergenceWarning, match="on their bounds"):
+        est = StudentTGPRegressor().fit([[0.0]], [1.0])
+    assert ("k1__constant_value", "lower") in est.hyperparameters_at_bounds_
+    X, y, _, _, _ = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = StudentTGPRegressor(method="laplace").fit(X, y)
+    assert est.hyperparameters_at_bounds_ == []
+
+
+def _mc_y(est, Xt, n_mc, rng):
+    """Monte Carlo draws of a new y at Xt: f from the latent predictive, then Student-t noise."""
+    if est.method == "mcmc":
+        M, V, idx = est._mcmc.predictive_components(Xt, max_draws=200)
+        s = rng.integers(0, len(idx), size=n_mc)
+        f = M[s] + np.sqrt(V[s]) * rng.standard_normal((n_mc, Xt.shape[0]))
+        noise = est._mcmc.scale[idx][s, None] * rng.standard_t(est._mcmc.df[idx][s, None])
+        return (f + noise) * est._y_std + est._y_mean
+    m, s = est.predict(Xt, return_std=True)
+    f = m + s * rng.standard_normal((n_mc, Xt.shape[0]))
+    return f + est.scale_ * est._y_std * rng.standard_t(est.df_, size=f.shape)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(method="laplace"), dict(method="ep", df=2.5), dict(method="mcmc", n_samples=40)],
+)
+def test_predictive_quantiles_match_monte_carlo(kw):
+    X, y, Xt, _, _ = _data(n=30)
+    Xt = np.vstack([Xt[::6], [[6.0]]])  # in the data and far from it (latent std > sigma)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = StudentTGPRegressor(random_state=0, **kw).fit(X, y)
+    q = np.array([0.025, 0.1, 0.5, 0.9, 0.975])
+    Q = est.predict_quantiles(Xt, q)
+    assert Q.shape == (Xt.shape[0], q.size) and np.all(np.diff(Q, axis=1) > 0)
+    n_mc = 200_000
+    ys = _mc_y(est, Xt, n_mc, np.random.default_rng(1))
+    frac = np.mean(ys[:, :, None] <= Q[None], axis=0)  # empirical CDF at our quantiles
+    se = np.sqrt(q * (1 - q) / n_mc)
+    assert np.all(np.abs(frac - q) < 5 * se + 1e-4), np.abs(frac - q) / se
+    lo, hi = est.predict_interval(Xt, coverage=0.8)
+    np.testing.assert_allclose(lo, Q[:, 1], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(hi, Q[:, 3], rtol=1e-8, atol=1e-8)
+    if est.method != "mcmc":  # one Gaussian latent: the y interval is wider than f's band
+        m, s = est.predict(Xt, return_std=True)
+        assert np.all(hi - lo > 2 * 1.2815 * s)
+
+
+def test_predictive_quantiles_limits():
+    from scipy import stats
+
+    from robustep.estimators.student_t_regressor import student_t_gaussian_quantiles as stq
+
+    q = np.array([0.001, 0.05, 0.3, 0.5, 0.8, 0.999])
+    m, v, s = np.array([[0.3, -2.0, 5.0]]), np.array([[0.5, 2.0, 1e-3]]), 0.7
+    gauss = m.T + np.sqrt(v.T + s**2) * stats.norm.ppf(q)[None]
+    np.testing.assert_allclose(stq(q, m, v, [np.inf], [s]), gauss, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(stq(q, m, v, [1e7], [s]), gauss, rtol=1e-5, atol=1e-5)
+    # no latent uncertainty: Student-t quantiles; no noise: Gaussian latent quantiles
+    tq = m.T + s * stats.t.ppf(q, 3.0)[None]
+    np.testing.assert_allclose(stq(q, m, np.zeros_like(v), [3.0], [s]), tq, rtol=1e-5, atol=2e-5)
+    lat = m.T + np.sqrt(v.T) * stats.norm.ppf(q)[None]
+    np.testing.assert_allclose(stq(q, m, v, [3.0], [1e-9]), lat, rtol=1e-6, atol=1e-6)
+    # heavy tails: quantiles of the convolution exceed the Gaussian ones with the same scales
+    assert stq([0.999], m, v, [1.5], [s])[0, 0] > gauss[0, -1]
+    assert np.all(np.isneginf(stq([0.0], m, v, [3.0], [s]))) and np.all(
+        np.isposinf(stq([1.0], m, v, [3.0], [s]))
+    )
+
+
+def test_predictive_interval_argument_validation():
+    X, y, Xt, _, _ = _data(n=20)
+    est = StudentTGPRegressor(method="laplace", optimizer=None).fit(X, y)
+    for bad in (0.0, 1.0, 1.5, -0.2, True, "0.9", np.nan):
+        with pytest.raises(ValueError, match="coverage"):
+            est.predict_interval(Xt, coverage=bad)
+    for bad in (1.2, -0.1, [0.5, np.nan], [], "a", [[0.1, 2.0]]):
+        with pytest.raises(ValueError, match="q must"):
+            est.predict_quantiles(Xt, bad)
+    q = np.array([0.9, 0.1])
+    Q = est.predict_quantiles(Xt, q)
+    assert q.tolist() == [0.9, 0.1] and Q.shape == (Xt.shape[0], 2)
+    assert np.all(Q[:, 0] > Q[:, 1])
+    assert est.predict_quantiles(Xt, 0.5).shape == (Xt.shape[0],)

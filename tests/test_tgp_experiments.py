@@ -63,6 +63,10 @@ def test_examples_tiny(tmp_path):
     )
     assert set(res["examples"]["1"]["methods"]) == {"LA", "VB", "MCMC"}
     assert res["tilted"]["eta_1.0"]["n_modes"] >= 1
+    # the report explains the number of modes from the run's own q(f1, f2 | y3..yn)
+    m3 = res["tilted"]["magnitude_3"]
+    assert len(m3["q_sd"]) == 2 and all(k >= 1 for k in m3["n_modes"])
+    assert "cavity sd from it" in s.notes and "sigma_se^2 = 3" in s.notes
 
 
 @pytest.mark.slow

@@ -6,6 +6,10 @@ Every tolerance, jitter and quadrature size used by the library is read from
 
     with robustep.config(quadrature_points=64, jitter=1e-8):
         ...
+
+The BLAS thread count of the fits is one of these settings (``blas_threads``):
+:func:`blas_thread_limit` applies it around a fit's O(n^3) loops and restores the
+previous limits afterwards.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import numbers
 from collections.abc import Iterator
 
 
@@ -34,6 +39,17 @@ class Settings:
     min_cavity_precision : float
         A cavity precision at or below this fraction of the marginal (reference)
         precision is treated as invalid: that site is not updated and is reported.
+    blas_threads : "auto", int >= 1 or None
+        BLAS threads inside a fit (through ``threadpoolctl``; the previous limits are
+        restored when the fit returns).  ``"auto"`` (default): one thread when the
+        training set has at most ``blas_threads_auto_max_n`` points, the BLAS library's
+        own setting above that; an integer: that many threads for every fit; ``None``:
+        never touch the BLAS threads.  Why one thread: an EP or Laplace fit is a long
+        chain of small factorisations (n x n, a few ms each), and multithreaded
+        OpenBLAS on a busy machine spends far longer waiting for its threads than
+        computing (``python benchmarks/blas_threads.py``, docs/benchmarks.md).
+    blas_threads_auto_max_n : int
+        Largest training-set size for which ``blas_threads="auto"`` uses one thread.
     """
 
     jitter: float = 1e-10
@@ -41,6 +57,15 @@ class Settings:
     quadrature_points: int = 48
     student_t_quadrature_points: int = 40
     min_cavity_precision: float = 1e-12
+    blas_threads: str | int | None = "auto"
+    blas_threads_auto_max_n: int = 2000
+
+    def __post_init__(self):
+        bt = self.blas_threads
+        ok = bt is None or bt == "auto"
+        ok = ok or (isinstance(bt, numbers.Integral) and not isinstance(bt, bool) and bt >= 1)
+        if not ok:
+            raise ValueError(f'blas_threads must be "auto", a positive integer or None, got {bt!r}')
 
 
 # Settings is a frozen dataclass, so sharing one default instance is safe.
@@ -70,3 +95,45 @@ def config(**overrides) -> Iterator[Settings]:
         yield _current.get()
     finally:
         _current.reset(token)
+
+
+_controller = None
+
+
+def _threadpool_controller():
+    """One cached ``threadpoolctl.ThreadpoolController`` (building one scans the loaded
+    libraries, ~1 ms; limiting through it costs microseconds)."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        controller = ThreadpoolController()
+        if not controller.select(user_api="blas").lib_controllers:
+            return controller  # BLAS not loaded yet: do not cache an empty controller
+        _controller = controller
+    return _controller
+
+
+def blas_threads_for(n: int) -> int | None:
+    """The BLAS thread limit that ``blas_threads`` gives a fit on n points (None: no limit)."""
+    settings = get_config()
+    if settings.blas_threads is None:
+        return None
+    if settings.blas_threads == "auto":
+        return 1 if n <= settings.blas_threads_auto_max_n else None
+    return int(settings.blas_threads)
+
+
+@contextlib.contextmanager
+def blas_thread_limit(n: int) -> Iterator[int | None]:
+    """Limit the BLAS threads for a fit on n training points (see ``Settings.blas_threads``).
+
+    Yields the limit applied (None when the BLAS setting is left alone); the previous
+    limits are restored on exit, also after an exception.
+    """
+    limit = blas_threads_for(n)
+    if limit is None:
+        yield None
+        return
+    with _threadpool_controller().limit(limits=limit, user_api="blas"):
+        yield limit

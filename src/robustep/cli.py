@@ -3,12 +3,17 @@
 ::
 
     robustep list
-    robustep reproduce NAME [NAME ...] | all [--quick | --full] [--out DIR] [--seed N] [--strict]
+    robustep reproduce NAME [NAME ...] | all [--quick | --full] [--out DIR] [--seed N]
+                       [--jobs N] [--set KEY=VALUE ...] [--resume] [--strict]
+    robustep rerender NAME [NAME ...] | all [--out DIR]
 
 Exit status: 0 when the command completed — also when some experiments failed
 or lacked data (they are listed prominently in the report and on the console);
-1 with ``--strict`` if an experiment failed; 2 for a usage error such as an
-unknown experiment name; 130 if interrupted (the index then lists what finished).
+1 with ``--strict`` if an experiment failed; 2 for a usage error (unknown
+experiment, bad ``--set``/``--jobs``/``--seed``, a report folder that cannot be
+written), reported as one line on stderr without a traceback; 130 if interrupted
+(the experiments finished before keep their reports, the index is rebuilt and
+``--resume`` continues the run).
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="robustep",
         description="Robust Expectation Propagation: reproduce the papers' experiments.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     sub.required = True
     sub.add_parser("list", help="list the registered experiments (name, source, claim)")
     rep = sub.add_parser(
@@ -51,14 +56,17 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--out", default="report", metavar="DIR", help="report folder (default: report)"
     )
-    rep.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default: 0)")
+    rep.add_argument(
+        "--seed", type=_seed, default=0, metavar="N", help="random seed, >= 0 (default: 0)"
+    )
     rep.add_argument(
         "--jobs",
-        type=int,
+        type=_jobs,
         default=1,
         metavar="N",
-        help="worker processes for an experiment's independent units (splits, folds, "
-        "repetitions); -1 uses all cores (default: 1)",
+        help="worker processes, -1 for all cores (default: 1): --quick runs of several "
+        "experiments run N experiments side by side; otherwise an experiment's independent "
+        "units (splits, folds, repetitions) run in N processes; results do not depend on N",
     )
     rep.add_argument(
         "--set",
@@ -68,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="replace one configuration entry of a single experiment; VALUE is JSON "
         "(e.g. --set splits=20 --set 'datasets=[\"pima\"]'); recorded in run.json",
+    )
+    rep.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run in the same --out: experiments finished with the "
+        "same mode, seed and configuration are kept, the others reuse their finished units",
     )
     rep.add_argument(
         "--strict",
@@ -87,12 +101,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1 and value != -1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, or -1 for all cores, got {value}")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line: ``robustep reproduce: error: ...`` (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def _cmd_rerender(args: argparse.Namespace) -> int:
     from robustep.experiments.runner import UnknownExperimentError, rerender
 
     try:
         done = rerender(args.names, args.out)
-    except (UnknownExperimentError, FileNotFoundError) as exc:
+    except (UnknownExperimentError, FileNotFoundError, ValueError) as exc:
         print(f"robustep rerender: error: {exc}", file=sys.stderr)
         return 2
     print(f"re-rendered {', '.join(done)} in {args.out}")
@@ -131,8 +172,14 @@ def _parse_overrides(items: Sequence[str]) -> dict:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
+        except json.JSONDecodeError as exc:
+            if raw.strip()[:1] in set('[{"-.0123456789') or not raw.strip():
+                raise ValueError(
+                    f"--set {item!r}: VALUE is not valid JSON ({exc.msg} at character "
+                    f"{exc.pos}); write e.g. --set splits=20, --set 'powers=[0.5, 0.8]' "
+                    "or --set 'datasets=[\"pima\"]' (strings inside lists are quoted)"
+                ) from None
+            value = raw  # a bare word is taken as a string: --set dataset=pima
         overrides[key.strip()] = value
     return overrides
 
@@ -150,12 +197,18 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             seed=args.seed,
             jobs=args.jobs,
             overrides=overrides,
+            resume=args.resume,
         )
     except (UnknownExperimentError, ValueError) as exc:
         print(f"robustep reproduce: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"robustep reproduce: interrupted; partial report in {args.out}", file=sys.stderr)
+        print(
+            f"robustep reproduce: interrupted; the experiments finished before keep their "
+            f"reports in {args.out} (index rebuilt); add --resume to the same command to "
+            "continue",
+            file=sys.stderr,
+        )
         return 130
     if args.strict and any(r.status == STATUS_FAILED for r in records):
         return 1

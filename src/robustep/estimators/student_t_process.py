@@ -17,8 +17,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, WhiteKernel
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from robustep._validation import validate_data
 from robustep.estimators.bpm import _binary_labels, _noisy_step_proba
 from robustep.tep.process import (
     process_log_marginal_likelihood,
@@ -88,15 +89,23 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
           differences.
 
     Inner EP runs (tolerance ``min(tol, 1e-8)``; at 1e-6 the evidence carries errors of
-    ~1e-4 that stall the line search) that do not converge are continued with
-    heavier damping ``1 - (1 - damping) / 4``.  Points where EP still does not converge
-    are kept out of the search by a smooth penalty (§8.6).
+    ~1e-4 that stall the line search) start from the sites of the previous evaluation,
+    rescaled for the change of log|B| (§9); a blocked warm start is retried from zero
+    sites, and a run that does not converge is continued with heavier damping
+    ``1 - (1 - damping) / 4``.
+    Points where EP still does not converge are kept out of the search by a smooth
+    penalty (§8.6); if the optimiser could not leave its start because of them, the fit
+    warns and sets ``converged_ = False``.
     L-BFGS-B runs at most 50 iterations per start.
 
     Attributes
     ----------
     classes_, kernel_ (fitted clone), X_train_, site_tau_, site_nu_ (scaled site
-    parameters), converged_, n_iter_, log_marginal_likelihood_value_, n_features_in_.
+    parameters), converged_ (False if the final EP run did not converge or if the
+    evidence optimiser could not move from its start), n_iter_ (sweeps of the final EP
+    run, all attempts), log_marginal_likelihood_value_, n_features_in_,
+    optimizer_stuck_ (the optimiser stayed at its start after rejecting points where EP
+    did not converge), n_rejected_evaluations_.
     """
 
     _parameter_constraints = {
@@ -150,26 +159,48 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         return self._run_ep_tol(K, y, warm, self.tol)
 
     def _run_ep_tol(self, K, y, warm, tol):
-        """EP at ``tol``; a run that does not converge is continued from its last iterate
-        with heavier damping ``1 - (1 - damping) / 4`` (parallel t-EP can fall into a
-        limit cycle at damping 0.5, mostly for small df).  Returns process_tep's tuple."""
-        kw = {"tau": warm[0], "nu": warm[1]} if warm is not None else {}
-        run = {
-            "df": self._df(),
-            "eps": float(self.label_noise),
-            "max_iter": self.max_iter,
-            "tol": tol,
-        }
+        """EP at ``tol``, robust to bad warm starts.  Returns process_tep's tuple.
+
+        1. From the warm start ``(tau, nu, log|B|)`` if given, with ``nu`` rescaled for
+           the change of K (``warm_logdet``, derivation §9).
+        2. If that run is blocked (no step keeps the cavities proper): from zero sites.
+        3. If that does not converge either: continued from its last iterate with heavier
+           damping ``1 - (1 - damping) / 4`` (parallel t-EP can fall into a limit cycle
+           at damping 0.5, mostly for small df).
+
+        The returned info counts the sweeps of all attempts; ``converged`` is the last's.
+        """
+        run = {"df": self._df(), "eps": float(self.label_noise), "tol": tol, "adaptive": True}
         damping = float(self.damping)
+        tries = []
         with np.errstate(all="ignore"):
-            tau, nu, post, info = process_tep(K, y, damping=damping, **run, **kw)
-            if not info.converged and post is not None:
+            if warm is not None:
+                logdet = warm[2] if len(warm) > 2 else None
+                res = process_tep(
+                    K,
+                    y,
+                    damping=damping,
+                    max_iter=self.max_iter,
+                    tau=warm[0],
+                    nu=warm[1],
+                    warm_logdet=logdet,
+                    **run,
+                )
+                tries.append(res)
+            blocked = tries and tries[-1][3].history and np.isinf(tries[-1][3].history[-1])
+            if not tries or blocked or tries[-1][2] is None:
+                tries.append(process_tep(K, y, damping=damping, max_iter=self.max_iter, **run))
+            if not tries[-1][3].converged and tries[-1][2] is not None:
                 heavy = 1.0 - (1.0 - damping) / 4.0
-                tau, nu, post, info2 = process_tep(K, y, damping=heavy, tau=tau, nu=nu, **run)
-                info2.n_iter += info.n_iter
-                info2.history = info.history + info2.history
-                info2.n_skipped += info.n_skipped
-                info = info2
+                tau, nu = tries[-1][0], tries[-1][1]
+                tries.append(
+                    process_tep(K, y, damping=heavy, max_iter=self.max_iter, tau=tau, nu=nu, **run)
+                )
+        tau, nu, post, info = tries[-1]
+        for earlier in tries[:-1]:
+            info.n_iter += earlier[3].n_iter
+            info.n_skipped += earlier[3].n_skipped
+        info.history = [h for t in tries for h in t[3].history]
         return tau, nu, post, info
 
     def _lml_at(self, kernel, X, y, warm, tol):
@@ -179,7 +210,8 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
             lml = process_log_marginal_likelihood(
                 K, y, tau, nu, self._df(), float(self.label_noise), post=post
             )
-        return lml, (tau, nu), info.converged
+        warm = (tau, nu, post.logdet_b) if post is not None else None
+        return lml, warm, info.converged
 
     def _gradient_mode(self):
         if self.gradient == "auto":
@@ -202,7 +234,8 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         else:
             K, K_gradient = kern(X, eval_gradient=True)
             tau, nu, post, info = self._run_ep_tol(K, y, cache.get("warm"), inner_tol)
-            warm, converged = (tau, nu), info.converged
+            converged = info.converged
+            warm = (tau, nu, post.logdet_b) if post is not None else None
             if not converged:  # not a fixed point: neither value nor gradient is valid
                 return self._rejected(theta, cache)
             with np.errstate(all="ignore"):
@@ -250,6 +283,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         gradient pointing back to the best converged point, so the line search backtracks
         instead of aborting (a constant 1e25 with zero gradient makes it stop).
         """
+        cache["n_rejected"] = cache.get("n_rejected", 0) + 1
         if "best" not in cache:
             return 1e25, np.zeros_like(theta)
         d = theta - cache["best"][0]
@@ -260,7 +294,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         """Fit hyperparameters (optional) and the EP posterior. X (n, d), y (n,) two labels."""
         self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64)
-        self.classes_, y_pm = _binary_labels(y)
+        self.classes_, y_pm = _binary_labels(y, type(self).__name__)
         kernel = default_kernel(X.shape[1]) if self.kernel is None else clone(self.kernel)
         self.X_train_ = X
         if self.optimizer is not None and kernel.n_dims > 0:
@@ -279,13 +313,23 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
                     bounds=bounds,
                     maxiter=50,
                 )
+                # The optimiser "could not move" if no evaluation converged, or if it
+                # stayed at its start after rejecting points (EP failed there): the start
+                # is then not shown to be an optimum.
+                stuck = "best" not in cache or (
+                    cache.get("n_rejected", 0) > 0 and np.array_equal(cache["best"][0], theta0)
+                )
                 if best is None or f_opt < best[1]:
-                    best = (theta_opt, f_opt)
+                    best = (theta_opt, f_opt, stuck, cache.get("n_rejected", 0))
                     # sites at the optimum: the final EP run starts from its fixed point
                     warm = cache.get("sites", {}).get(np.asarray(theta_opt, float).tobytes())
             kernel = kernel.clone_with_theta(best[0])
+            self.optimizer_stuck_ = bool(best[2])
+            self.n_rejected_evaluations_ = int(best[3])
         else:
             warm = None
+            self.optimizer_stuck_ = False
+            self.n_rejected_evaluations_ = 0
         self.kernel_ = kernel
         K = kernel(X)
         tau, nu, post, info = self._run_ep(K, y_pm, warm)
@@ -295,12 +339,21 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
             post = process_posterior(K, tau, nu)
             info.converged = False
         self.site_tau_, self.site_nu_, self._post = tau, nu, post
-        self.converged_ = bool(info.converged)
+        self.converged_ = bool(info.converged) and not self.optimizer_stuck_
         self.n_iter_ = int(info.n_iter)
-        if not self.converged_:
+        if not info.converged:
             warnings.warn(
                 f"t-EP did not converge in {self.n_iter_} iterations (last max site change "
                 f"{info.max_diff:.3g} > tol={self.tol}); increase max_iter or damping.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        elif self.optimizer_stuck_:
+            warnings.warn(
+                "the evidence optimiser could not move from its starting hyperparameters: "
+                f"inner EP did not converge at {self.n_rejected_evaluations_} of the points it "
+                "tried, so the start is not shown to be an optimum; try damping closer to 1, "
+                "a different starting kernel or n_restarts_optimizer > 0.",
                 ConvergenceWarning,
                 stacklevel=2,
             )

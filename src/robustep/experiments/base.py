@@ -29,6 +29,7 @@ class ExperimentSummary:
     tables : Markdown tables (strings).
     figures : file names (relative to the experiment's out_dir) of PNG figures.
     notes : differences from the paper's set-up and why.
+    captions : one-line caption per figure file name (shown under the figure in the report).
     """
 
     measured: str
@@ -36,6 +37,7 @@ class ExperimentSummary:
     tables: list[str] = dataclasses.field(default_factory=list)
     figures: list[str] = dataclasses.field(default_factory=list)
     notes: str = ""
+    captions: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,20 +7,44 @@ process, so tests and quick runs behave exactly as before.
 
 Workers are joblib's ``loky`` processes (joblib ships with scikit-learn), each
 limited to one BLAS thread so that N workers use N cores.  Warnings raised inside
-a worker are collected there and re-emitted in the parent, so the report's
-"warnings during the run" section is the same with and without ``--jobs``.
+a unit are collected and re-emitted in the parent, so the report's "warnings
+during the run" section is the same with and without ``--jobs``.
+
+Inside the runner (:func:`save_units`) every finished unit is also saved, as soon
+as it finishes, to ``OUT/NAME/units/CALL-INDEX-HASH.pkl`` — ``CALL`` counts the
+experiment's ``parallel_map`` calls, ``INDEX`` is the unit's position and ``HASH``
+a digest of the unit function (with its bound configuration and seed), the unit
+and the robustep version.  ``robustep reproduce ... --resume`` loads those files
+instead of recomputing the units, so an interrupted run continues where it
+stopped; a changed configuration, seed or version gives other hashes, and the
+units are computed afresh.  The runner also passes a callback that shows
+"units done / total" on the console.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import hashlib
 import os
+import pickle
+import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["n_jobs", "use_jobs", "parallel_map", "unit_seed"]
+__all__ = [
+    "UnitProgress",
+    "n_jobs",
+    "notify_progress",
+    "parallel_map",
+    "save_units",
+    "unit_seed",
+    "use_jobs",
+]
 
 _N_JOBS: contextvars.ContextVar[int] = contextvars.ContextVar("robustep_n_jobs", default=1)
 
@@ -59,11 +83,126 @@ def use_jobs(jobs: int) -> Iterator[int]:
         _N_JOBS.reset(token)
 
 
-def _call_collecting_warnings(func: Callable, item: Any) -> tuple[Any, list[tuple[type, str]]]:
+@dataclasses.dataclass(frozen=True)
+class UnitProgress:
+    """State of one :func:`parallel_map` call, passed to the runner's callback.
+
+    done : units finished (including ``loaded``); total : units in this call;
+    loaded : units read back from ``units/`` (``--resume``) instead of computed;
+    started : ``time.perf_counter()`` when the call began computing.
+    """
+
+    done: int
+    total: int
+    loaded: int
+    started: float
+
+    def remaining_seconds(self) -> float | None:
+        """Estimated seconds left for this call (None before the first computed unit)."""
+        if self.done >= self.total:
+            return 0.0
+        computed = self.done - self.loaded
+        if computed <= 0:
+            return None
+        rate = (time.perf_counter() - self.started) / computed
+        return rate * (self.total - self.done)
+
+
+@dataclasses.dataclass
+class _Store:
+    directory: Path | None
+    on_progress: Callable[[UnitProgress], Any] | None
+    calls: int = 0
+
+
+_STORE: contextvars.ContextVar[_Store | None] = contextvars.ContextVar(
+    "robustep_unit_store", default=None
+)
+
+
+@contextlib.contextmanager
+def save_units(
+    directory: str | Path | None, on_progress: Callable[[UnitProgress], Any] | None = None
+) -> Iterator[None]:
+    """Within this block :func:`parallel_map` saves each finished unit into ``directory``
+    and reuses units already saved there (``None``: save nothing, only report progress);
+    ``on_progress(UnitProgress)`` is called as units finish."""
+    store = _Store(Path(directory) if directory is not None else None, on_progress)
+    token = _STORE.set(store)
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
+
+
+def notify_progress(done: int, total: int, started: float) -> bool:
+    """Report a loop's progress to the runner's display (if it shows one); False when
+    not under the runner."""
+    store = _STORE.get()
+    if store is None:
+        return False
+    if store.on_progress is not None:
+        store.on_progress(UnitProgress(done, total, 0, started))
+    return True
+
+
+def _version() -> str:
+    try:
+        from robustep import __version__
+
+        return str(__version__)
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+def _unit_file(directory: Path, call: int, index: int, func: Callable, item: Any) -> Path | None:
+    """File of one unit, or None when the unit cannot be pickled (it is then not saved)."""
+    try:
+        blob = pickle.dumps((_version(), func, item), protocol=4)
+    except Exception:  # a local function or an unpicklable item: run it, do not save it
+        return None
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    return directory / f"{call:02d}-{index:05d}-{digest}.pkl"
+
+
+def _load(path: Path | None) -> tuple[bool, Any]:
+    if path is None or not path.is_file():
+        return False, None
+    try:
+        with path.open("rb") as fh:
+            return True, pickle.load(fh)
+    except Exception:  # a truncated or unreadable file: compute the unit again
+        return False, None
+
+
+def _save(path: Path, payload: Any) -> None:
+    """Write atomically (temporary file, then rename), so an interrupt leaves no half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(payload, fh, protocol=4)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _run_unit(
+    func: Callable, item: Any, index: int, path: Path | None
+) -> tuple[int, Any, list[tuple[type, str]]]:
+    """Call ``func(item)`` collecting its warnings; save the outcome to ``path`` if given."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = func(item)
-    return result, [(w.category, str(w.message)) for w in caught]
+    collected = [(w.category, str(w.message)) for w in caught]
+    if path is not None:
+        try:
+            _save(path, (result, collected))
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            pass  # saving is a convenience for --resume; the run goes on without it
+    return index, result, collected
 
 
 def parallel_map(func: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
@@ -71,21 +210,55 @@ def parallel_map(func: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
 
     ``func`` must be picklable (a module-level function or a ``functools.partial``
     of one) when more than one job is used.  Results keep the order of ``items``.
-    An exception in a worker is raised here, as in the serial loop.
+    An exception in a unit is raised here, as in the serial loop (units finished
+    before it stay saved when the runner saves units).
     """
     items = list(items)
-    jobs = min(n_jobs(), len(items))
-    if jobs <= 1:
-        return [func(item) for item in items]
-    from joblib import Parallel, delayed, parallel_config
+    store = _STORE.get()
+    call = 0
+    if store is not None:
+        call = store.calls
+        store.calls += 1
+    paths: list[Path | None] = [None] * len(items)
+    if store is not None and store.directory is not None:
+        paths = [_unit_file(store.directory, call, i, func, it) for i, it in enumerate(items)]
+    results: list[Any] = [None] * len(items)
+    todo = []
+    for i, path in enumerate(paths):
+        found, payload = _load(path)
+        if found:
+            results[i] = payload[0]
+            for category, message in payload[1]:
+                warnings.warn(message, category, stacklevel=2)
+        else:
+            todo.append(i)
+    loaded = len(items) - len(todo)
+    started = time.perf_counter()
+    done = loaded
 
-    with parallel_config(backend="loky", inner_max_num_threads=1):
-        pairs = Parallel(n_jobs=jobs)(
-            delayed(_call_collecting_warnings)(func, item) for item in items
-        )
-    results = []
-    for result, caught in pairs:
-        for category, message in caught:
-            warnings.warn(message, category, stacklevel=2)
-        results.append(result)
+    def tick() -> None:
+        if store is not None and store.on_progress is not None:
+            store.on_progress(UnitProgress(done, len(items), loaded, started))
+
+    tick()
+    jobs = min(n_jobs(), len(todo))
+    if jobs <= 1:
+        outcomes: Iterable = (_run_unit(func, items[i], i, paths[i]) for i in todo)
+        ctx = contextlib.nullcontext()
+    else:
+        from joblib import Parallel, delayed, parallel_config
+
+        ctx = parallel_config(backend="loky", inner_max_num_threads=1)
+        outcomes = None  # built inside the context below
+    with ctx:
+        if outcomes is None:
+            outcomes = Parallel(n_jobs=jobs, return_as="generator_unordered")(
+                delayed(_run_unit)(func, items[i], i, paths[i]) for i in todo
+            )
+        for i, result, caught in outcomes:
+            for category, message in caught:
+                warnings.warn(message, category, stacklevel=2)
+            results[i] = result
+            done += 1
+            tick()
     return results

@@ -129,6 +129,8 @@ def write_experiment_readme(record: dict, out_dir: Path) -> Path:
             for f in s["figures"]:
                 missing = "" if (out_dir / f).is_file() else " (missing: not written)"
                 lines += [f"![{f}]({f}){missing}", ""]
+                if (s.get("captions") or {}).get(f):
+                    lines += [f"*{f}: {s['captions'][f]}*", ""]
         if s["notes"]:
             lines += ["## Notes", "", s["notes"].strip(), ""]
     elif status == STATUS_NO_DATA:
@@ -245,6 +247,8 @@ def _write_experiment_html(record: dict, out_dir: Path) -> Path:
                     parts.append(f'<p><img src="{e(f)}" alt="{e(f)}" style="max-width:100%"></p>')
                 else:
                     parts.append(f"<p>{e(f)} (missing: not written)</p>")
+                if (s.get("captions") or {}).get(f):
+                    parts.append(f"<p><i>{e(s['captions'][f])}</i></p>")
         if s["notes"]:
             parts += ["<h2>Notes</h2>", f'<p style="white-space: pre-wrap">{e(s["notes"])}</p>']
     elif status == STATUS_NO_DATA:

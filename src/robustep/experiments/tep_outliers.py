@@ -154,15 +154,22 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     g = np.array(results["grid"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5), sharey=True)
     for ax, name in zip(axes, ("GPC", "STC"), strict=True):
-        ax.scatter(*X[y > 0].T, s=5, c="tab:blue")
-        ax.scatter(*X[y < 0].T, s=5, c="tab:red")
-        ax.scatter(*Xo[yo > 0].T, s=80, marker="*", c="tab:blue", edgecolors="k")
-        ax.scatter(*Xo[yo < 0].T, s=80, marker="*", c="tab:red", edgecolors="k")
+        ax.scatter(*X[y > 0].T, s=5, c="tab:blue", label="training point, y = +1")
+        ax.scatter(*X[y < 0].T, s=5, c="tab:red", label="training point, y = −1")
+        ax.scatter(*Xo[yo > 0].T, s=80, marker="*", c="tab:blue", edgecolors="k",
+                   label="outlier, y = +1")  # fmt: skip
+        ax.scatter(*Xo[yo < 0].T, s=80, marker="*", c="tab:red", edgecolors="k",
+                   label="outlier, y = −1")  # fmt: skip
         P = np.array(m[name]["proba_grid_with_outliers"]).reshape(g.size, g.size)
         Pc = np.array(m[name]["proba_grid_clean"]).reshape(g.size, g.size)
         ax.contour(g, g, P, levels=[0.5], colors="k")
         ax.contour(g, g, Pc, levels=[0.5], colors="grey", linestyles="--")
+        ax.plot([], [], "k-", label="p(y=+1) = 0.5, fitted with outliers")
+        ax.plot([], [], color="grey", ls="--", label="p(y=+1) = 0.5, fitted without")
         ax.set_title(f"{name} (solid: with outliers, dashed: without)")
+        ax.set_xlabel("input x₁ (dimensionless)")
+        ax.legend(fontsize=6, loc="lower left")
+    axes[0].set_ylabel("input x₂ (dimensionless)")
     fig.tight_layout()
     fig.savefig(out_dir / "tep_outliers.png", dpi=110)
     plt.close(fig)
@@ -181,7 +188,12 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "and eps are not given in the paper; ours are fixed in the module docstring. GPC = our "
         "Student-t process classifier with df = inf (Gaussian EP, same kernel and likelihood)."
     )
-    return ExperimentSummary(measured, agrees, [table], ["tep_outliers.png"], notes)
+    caption = (
+        "Decision boundaries p(y=+1|x) = 0.5 of GPC and STC fitted with (solid) and without "
+        "(dashed) the starred outliers."
+    )
+    return ExperimentSummary(measured, agrees, [table], ["tep_outliers.png"], notes,
+                             captions={"tep_outliers.png": caption})  # fmt: skip
 
 
 EXPERIMENT = register(

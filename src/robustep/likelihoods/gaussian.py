@@ -24,10 +24,9 @@ class Gaussian(Likelihood):
     hyperparameter_names = ("noise_variance",)
 
     def __init__(self, noise_variance=1.0):
-        noise_variance = float(noise_variance)
-        if not (np.isfinite(noise_variance) and noise_variance > 0):
-            raise ValueError(f"noise_variance must be finite and > 0, got {noise_variance!r}")
-        self.noise_variance = noise_variance
+        from robustep._validation import real_scalar
+
+        self.noise_variance = real_scalar(noise_variance, "noise_variance", lower=0.0)
 
     # -------------------------------------------------------------- tilted
     def tilted_moments(self, y, cavity_mean, cavity_var, power=1.0):

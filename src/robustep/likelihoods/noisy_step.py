@@ -35,12 +35,10 @@ class NoisyStep(Likelihood):
     """
 
     def __init__(self, epsilon=0.0):
-        epsilon = float(epsilon)
-        if not (0.0 <= epsilon < 0.5):
-            raise ValueError(
-                f"epsilon is a label-flip probability and must lie in [0, 0.5), got {epsilon!r}"
-            )
-        self.epsilon = epsilon
+        from robustep._validation import real_scalar
+
+        # epsilon is a label-flip probability
+        self.epsilon = real_scalar(epsilon, "epsilon", lower=0.0, upper=0.5, lower_open=False)
 
     def validate_targets(self, y):
         """Labels as a float array (n,); raise ValueError unless all are -1 or +1."""

@@ -43,9 +43,12 @@ def log_ndtr_ratio(z):
     """
     z = np.asarray(z, dtype=float)
     log_cdf = log_ndtr(z)
-    r = np.exp(-0.5 * z * z - _LOG_SQRT_2PI - log_cdf)
-    delta = 1.0 - r * (z + r)
     low = z < _Z_SWITCH
+    # the direct formula only where it is used: for very negative z (|z| > 1e8) the
+    # difference -z^2/2 - log Phi(z) loses all digits and exp() overflows
+    z_hi = np.where(low, 0.0, z)
+    r = np.exp(-0.5 * z_hi * z_hi - _LOG_SQRT_2PI - log_ndtr(z_hi))
+    delta = 1.0 - r * (z_hi + r)
     if np.any(low):
         w = -z[low]
         t1, t2 = _mills_continued_fraction(w)

@@ -132,19 +132,29 @@ class StudentT(Likelihood):
     hyperparameter_names = ("df", "scale")
 
     def __init__(self, df=4.0, scale=1.0):
-        df = float(df)
-        scale = float(scale)
-        if not (np.isfinite(df) and df > 0):
-            raise ValueError(f"df (degrees of freedom) must be finite and > 0, got {df!r}")
-        if not (np.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-        self.df = df
-        self.scale = scale
+        from robustep._validation import real_scalar
+
+        if isinstance(df, (int, float)) and df == np.inf:
+            raise ValueError(
+                "df (degrees of freedom) must be finite and > 0, got inf; for df = inf use the "
+                "Gaussian likelihood (robustep.likelihoods.Gaussian(noise_variance=scale**2))"
+            )
+        self.df = real_scalar(df, "df (degrees of freedom)", lower=0.0)
+        self.scale = real_scalar(scale, "scale", lower=0.0)
 
     # ---------------------------------------------------------------- helpers
     def _log_norm(self):
-        """log C of the t density: lnG((nu+1)/2) - lnG(nu/2) - 1/2 log(nu pi) - log s."""
+        """log C of the t density: lnG((nu+1)/2) - lnG(nu/2) - 1/2 log(nu pi) - log s.
+
+        For nu/2 = x > 1e3 the difference of log-gammas (each ~x log x) loses digits (3 in
+        log C at nu = 1e15); there the asymptotic series
+        lnG(x + 1/2) - lnG(x) = 1/2 log x - 1/(8x) + 1/(192 x^3) + O(x^-5) is used.
+        """
         nu, s = self.df, self.scale
+        x = 0.5 * nu
+        if x > 1e3:
+            series = -1.0 / (8.0 * x) + 1.0 / (192.0 * x**3)
+            return series - 0.5 * math.log(2.0 * math.pi) - math.log(s)
         return (
             special.gammaln(0.5 * (nu + 1.0))
             - special.gammaln(0.5 * nu)

@@ -44,7 +44,12 @@ class BPResult:
     converged : whether the largest message change fell below ``tol``.
     n_iter : number of sweeps (parallel: iterations; sequential/residual: m edge updates each).
     history : (n_iter,) largest change max_x |exp M_new(x) − exp M_old(x)| in each sweep.
+    history_l2 : (n_iter,) the paper's residual R_t = ‖p_t − p_{t−1}‖₂ over all 2m messages and
+        K states (p = exp M, the messages' mean parameters) between consecutive sweeps (ICML
+        §6.1: "we required R < 10⁻³"; docs/derivations/rbp.md, "Convergence").
     relaxation : (m,) fitted b_ij of the last update of each edge ("relaxed"), else None.
+    frozen_at : sweep after which the relaxation strengths were frozen (``freeze_after``),
+        or None when they were refitted in every update.
     log_messages : (2m, K) final normalised log messages (see module docstring for layout).
     method, schedule : as passed.
     """
@@ -59,6 +64,14 @@ class BPResult:
     log_messages: np.ndarray
     method: str
     schedule: str
+    history_l2: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    frozen_at: int | None = None
+
+    def first_below(self, tol_l2: float = 1e-3) -> int | None:
+        """First sweep t (1-based) with R_t < ``tol_l2``: where a run that stops by the paper's
+        rule R < 10⁻³ (ICML §6.1) would have stopped; None if no sweep got there."""
+        hit = np.flatnonzero(self.history_l2 < tol_l2)
+        return int(hit[0]) + 1 if hit.size else None
 
 
 # ---------------------------------------------------------------------- small helpers
@@ -259,6 +272,7 @@ class _Engine:
         rows = np.concatenate([self.Ej, self.Ei])
         self.S = sp.csr_matrix((np.ones(2 * m), (rows, np.arange(2 * m))), shape=(n, 2 * m))
         self.b = np.zeros(m) if method == "relaxed" else None
+        self.frozen = False  # True: reuse self.b instead of refitting (``freeze_after``)
         self.P = None  # cache of exp(M) for the parallel schedule
         self.log_b = self._beliefs()
 
@@ -293,6 +307,10 @@ class _Engine:
             beta = 1.0 - self.a  # cavity q_i / m^α   (power EP, Minka 2004): rbp.md eq. (F)
             u_i += beta * Mb
             u_j += beta * Mf
+        elif self.method == "relaxed" and self.frozen:
+            b = self.b if sel is None else self.b[sel]  # frozen strengths: rbp.md "Freezing"
+            u_i += b * Mb
+            u_j += b * Mf
         elif self.method == "relaxed":
             lp = self.logpsi if sel is None else self.logpsi[sel]
             # rbp.md eq. (Q), in chunks to bound the (m', 33, K, K) work arrays
@@ -325,6 +343,11 @@ class _Engine:
         out = (1.0 - self.damping) * new + self.damping * old
         out -= _lse_rows(list(out))
         return out
+
+    def l2_change(self, M_old):
+        """‖exp M − exp M_old‖₂ over all messages and valid states (the paper's R)."""
+        d = np.exp(self.M) - np.exp(M_old)
+        return float(np.sqrt(np.sum(d * d)))
 
     @staticmethod
     def change(new, old):
@@ -382,7 +405,7 @@ class _Engine:
         return diff
 
     # ------------------------------------------------------------------ outputs
-    def result(self, converged, n_iter, history, schedule) -> BPResult:
+    def result(self, converged, n_iter, history, schedule, history_l2, frozen_at) -> BPResult:
         m = self.m
         self.log_b = self._beliefs()
         lb = self.log_b.T  # (n, K)
@@ -415,6 +438,8 @@ class _Engine:
             log_messages=np.ascontiguousarray(M),
             method=self.method,
             schedule=schedule,
+            history_l2=np.asarray(history_l2, dtype=float),
+            frozen_at=frozen_at,
         )
 
 
@@ -439,7 +464,7 @@ def edge_matchings(edges: np.ndarray, n: int) -> list[np.ndarray]:
     return [np.flatnonzero(colour == c) for c in range(int(colour.max(initial=-1)) + 1)]
 
 
-def _validate(mrf, method, schedule, damping, power, relaxation, max_iter, tol):
+def _validate(mrf, method, schedule, damping, power, relaxation, max_iter, tol, freeze_after):
     if not isinstance(mrf, PairwiseMRF):
         raise TypeError(
             f"mrf must be a robustep.mrf.PairwiseMRF; got {type(mrf).__name__} "
@@ -472,6 +497,17 @@ def _validate(mrf, method, schedule, damping, power, relaxation, max_iter, tol):
         raise ValueError(f"max_iter must be a positive integer; got {max_iter}")
     if not (tol > 0):
         raise ValueError(f"tol must be > 0; got {tol}")
+    if freeze_after is not None:
+        if method != "relaxed":
+            raise ValueError(
+                f"freeze_after={freeze_after} freezes RBP's relaxation strengths and is only "
+                "used by method='relaxed'; leave it None for other methods"
+            )
+        if isinstance(freeze_after, bool) or int(freeze_after) != freeze_after or freeze_after < 0:
+            raise ValueError(
+                "freeze_after must be None or a non-negative integer number of burn-in sweeps "
+                f"after which b_ij stop being refitted; got {freeze_after!r}"
+            )
 
 
 def belief_propagation(
@@ -484,6 +520,7 @@ def belief_propagation(
     relaxation: float = 0.1,
     max_iter: int = 1000,
     tol: float = 1e-9,
+    freeze_after: int | None = None,
 ) -> BPResult:
     """Loopy belief propagation and its damped, fractional and relaxed variants.
 
@@ -503,25 +540,45 @@ def belief_propagation(
     relaxation : c ≥ 0, the l1 penalty weight for "relaxed" (ICML eq. (5)); c → ∞ is BP.
     max_iter : maximum number of sweeps.
     tol : convergence when max |exp M_new − exp M_old| < tol over all messages in a sweep.
+        ``history_l2`` also records the paper's residual R (ICML §6.1), so a caller can apply
+        the paper's rule R < 10⁻³ as well (:meth:`BPResult.first_below`).
+    freeze_after : "relaxed" only.  None (default): b_ij is refitted at every edge update.  An
+        integer T ≥ 0: after T burn-in sweeps (T edge updates per edge for "residual" counted as
+        T·m updates) every b_ij keeps its last fitted value and only the messages iterate, a
+        fixed map whose fixed points are those of eq. (RBP) at the frozen b.  This removes the
+        limit cycles of the argmin over b (docs/derivations/rbp.md, "Freezing the relaxation
+        strengths"); T = 0 freezes b = 0, i.e. plain BP.
 
     Returns
     -------
     BPResult.  A run that does not converge warns with ``ConvergenceWarning`` and returns the
     last finite messages with ``converged=False``; values are never NaN.
     """
-    _validate(mrf, method, schedule, damping, power, relaxation, max_iter, tol)
+    _validate(mrf, method, schedule, damping, power, relaxation, max_iter, tol, freeze_after)
     eng = _Engine(mrf, method, damping, power, relaxation)
     m = mrf.n_edges
     history: list[float] = []
+    history_l2: list[float] = []
     converged = m == 0
     n_iter = 0
+    frozen_at = None
+
+    def maybe_freeze(done_sweeps):
+        nonlocal frozen_at
+        if freeze_after is not None and not eng.frozen and done_sweeps >= freeze_after:
+            eng.frozen, frozen_at = True, int(done_sweeps)
+
+    maybe_freeze(0)
     if schedule == "parallel" and m:
         for it in range(1, max_iter + 1):
+            M_old = eng.M
             d = eng.parallel_sweep()
             n_iter = it
             if not np.isfinite(d):
                 break
             history.append(d)
+            history_l2.append(eng.l2_change(M_old))
+            maybe_freeze(it)
             if d < tol:
                 converged = True
                 break
@@ -529,6 +586,7 @@ def belief_propagation(
         batches = edge_matchings(mrf.edges, mrf.n_variables)
         for it in range(1, max_iter + 1):
             n_iter = it
+            M_old = eng.M.copy()
             dmax = 0.0
             for sel in batches:  # a matching: same result as updating its edges one by one
                 to_j, to_i, b = eng.candidates(sel)
@@ -537,11 +595,15 @@ def belief_propagation(
             if not np.isfinite(dmax):
                 break
             history.append(dmax)
+            history_l2.append(eng.l2_change(M_old))
+            maybe_freeze(it)
             if dmax < tol:
                 converged = True
                 break
     elif schedule == "residual" and m:
-        converged, n_iter = _residual(eng, max_iter, tol, history)
+        converged, n_iter = _residual(eng, max_iter, tol, history, history_l2, maybe_freeze)
+        if freeze_after is not None and eng.frozen:
+            frozen_at = int(freeze_after)
     if not converged:
         last = history[-1] if history else float("nan")
         warnings.warn(
@@ -552,10 +614,19 @@ def belief_propagation(
             ConvergenceWarning,
             stacklevel=2,
         )
-    return eng.result(converged, n_iter, history, schedule)
+    return eng.result(converged, n_iter, history, schedule, history_l2, frozen_at)
 
 
-def _residual(eng: _Engine, max_iter, tol, history):
+def _residual_candidates(eng: _Engine):
+    """Damped candidate messages (to_j, to_i) and b of every edge from the current state."""
+    m = eng.m
+    to_j, to_i, b = eng.candidates()
+    to_j = eng.damp(to_j, eng.M[:, :m])
+    to_i = eng.damp(to_i, eng.M[:, m:])
+    return to_j.copy(), to_i.copy(), None if b is None else np.array(b, copy=True)
+
+
+def _residual(eng: _Engine, max_iter, tol, history, history_l2, maybe_freeze):
     """Residual BP: repeatedly update the edge whose new messages differ most from the old."""
     m = eng.m
     # incident edges of every node (CSR over node -> edge ids)
@@ -565,13 +636,10 @@ def _residual(eng: _Engine, max_iter, tol, history):
     ptr = np.searchsorted(nodes[order], np.arange(eng.n + 1))
     inc = eids[order]
 
-    to_j, to_i, b = eng.candidates()
-    to_j = eng.damp(to_j, eng.M[:, :m])
-    to_i = eng.damp(to_i, eng.M[:, m:])
-    resid = np.maximum(eng.change(to_j, eng.M[:, :m]), eng.change(to_i, eng.M[:, m:]))
-    cj, ci = to_j.copy(), to_i.copy()
-    cb = None if b is None else b.copy()
+    cj, ci, cb = _residual_candidates(eng)
+    resid = np.maximum(eng.change(cj, eng.M[:, :m]), eng.change(ci, eng.M[:, m:]))
     sweep_max = 0.0
+    M_old = eng.M.copy()
     for upd in range(1, max_iter * m + 1):
         e = int(np.argmax(resid))
         if resid[e] < tol:
@@ -596,5 +664,12 @@ def _residual(eng: _Engine, max_iter, tol, history):
         resid[aff] = np.maximum(eng.change(nj, eng.M[:, aff]), eng.change(ni, eng.M[:, m + aff]))
         if upd % m == 0:
             history.append(sweep_max)
+            history_l2.append(eng.l2_change(M_old))
+            M_old = eng.M.copy()
             sweep_max = 0.0
+            was_frozen = eng.frozen
+            maybe_freeze(upd // m)
+            if eng.frozen and not was_frozen:  # candidates from now on use the frozen b
+                cj, ci, cb = _residual_candidates(eng)
+                resid = np.maximum(eng.change(cj, eng.M[:, :m]), eng.change(ci, eng.M[:, m:]))
     return False, max_iter

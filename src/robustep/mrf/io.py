@@ -61,8 +61,15 @@ def uai_log_scale(mrf: PairwiseMRF) -> float:
 
 def read_uai(path: str | os.PathLike) -> PairwiseMRF:
     """Read a UAI MARKOV file with unary and pairwise factors into a :class:`PairwiseMRF`."""
-    with open(path) as f:
-        tok = f.read().split()
+    try:
+        with open(path, encoding="utf-8") as f:
+            tok = f.read().split()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not a text file ({exc.reason} at byte {exc.start}); a UAI file is plain "
+            "text — check that the path points at the .uai model (not a compressed or "
+            "evidence file)"
+        ) from None
     if not tok or tok[0].upper() != "MARKOV":
         raise ValueError(
             f"{path}: not a UAI MARKOV file (first word {tok[0] if tok else 'nothing'!r}); "
@@ -77,13 +84,41 @@ def read_uai(path: str | os.PathLike) -> PairwiseMRF:
         p += 1
         return tok[p - 1]
 
-    n = int(nxt())
-    card = [int(nxt()) for _ in range(n)]
-    nf = int(nxt())
+    def integer(what):
+        word = nxt()
+        try:
+            return int(word)
+        except ValueError:
+            raise ValueError(
+                f"{path}: expected an integer ({what}) at word {p}, got {word!r}; the file is "
+                "not a valid UAI MARKOV file"
+            ) from None
+
+    def number(what):
+        word = nxt()
+        try:
+            return float(word)
+        except ValueError:
+            raise ValueError(
+                f"{path}: expected a number ({what}) at word {p}, got {word!r}; the file is not "
+                "a valid UAI MARKOV file"
+            ) from None
+
+    n = integer("number of variables")
+    card = [integer("a cardinality") for _ in range(n)]
+    if any(c < 1 for c in card):
+        raise ValueError(f"{path}: every cardinality must be >= 1; got {card}")
+    nf = integer("number of factors")
     scopes = []
     for _ in range(nf):
-        s = int(nxt())
-        scope = [int(nxt()) for _ in range(s)]
+        s = integer("a factor's scope size")
+        scope = [integer("a variable index") for _ in range(s)]
+        bad = [v for v in scope if not 0 <= v < n]
+        if bad:
+            raise ValueError(
+                f"{path}: factor scope {scope} names variable {bad[0]}, outside 0..{n - 1} "
+                f"(the file declares {n} variables)"
+            )
         if s not in (1, 2):
             raise ValueError(
                 f"{path}: factor over {s} variables {scope}; only unary and pairwise factors "
@@ -93,11 +128,11 @@ def read_uai(path: str | os.PathLike) -> PairwiseMRF:
     unaries = [np.zeros(c) for c in card]
     pair: dict[tuple[int, int], np.ndarray] = {}
     for scope in scopes:
-        size = int(nxt())
+        size = integer("a table size")
         expect = int(np.prod([card[v] for v in scope]))
         if size != expect:
             raise ValueError(f"{path}: factor {scope} has {size} entries; expected {expect}")
-        vals = np.array([float(nxt()) for _ in range(size)])
+        vals = np.array([number(f"a potential of factor {scope}") for _ in range(size)])
         if np.any(vals < 0) or not np.all(np.isfinite(vals)):
             raise ValueError(f"{path}: factor {scope} has negative or non-finite potentials")
         with np.errstate(divide="ignore"):

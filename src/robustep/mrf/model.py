@@ -186,7 +186,13 @@ def ising(fields, edges, couplings) -> PairwiseMRF:
     if theta.ndim != 1:
         raise ValueError(f"fields must be a 1-D array of length n; got shape {theta.shape}")
     E = np.asarray(edges, dtype=np.intp).reshape(-1, 2)
-    J = np.broadcast_to(np.asarray(couplings, dtype=float), (E.shape[0],)).copy()
+    J = np.asarray(couplings, dtype=float)
+    if J.ndim > 1 or (J.ndim == 1 and J.shape[0] != E.shape[0]):
+        raise ValueError(
+            f"couplings must be a scalar or an array of length m = {E.shape[0]} (one per edge, "
+            f"{E.shape[0]} edges); got shape {J.shape}"
+        )
+    J = np.broadcast_to(J, (E.shape[0],)).copy()
     spins = np.array([-1.0, 1.0])
     log_unary = theta[:, None] * spins[None, :]
     log_pairwise = J[:, None, None] * np.outer(spins, spins)[None, :, :]
@@ -194,10 +200,18 @@ def ising(fields, edges, couplings) -> PairwiseMRF:
 
 
 # ---------------------------------------------------------------------- graphs
+def _check_count(value, name):
+    """Raise TypeError unless ``value`` is an integer (a float like 2.5 or a string is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be given as integers; got {value!r}")
+
+
 def grid_edges(rows: int, cols: int, periodic: bool = False) -> np.ndarray:
     """Edges of a rows × cols grid (node index r*cols + c), shape (m, 2); optionally a torus."""
+    _check_count(rows, "rows")
+    _check_count(cols, "cols")
     if rows < 1 or cols < 1:
-        raise ValueError("grid needs rows >= 1 and cols >= 1")
+        raise ValueError(f"grid needs rows >= 1 and cols >= 1; got rows={rows}, cols={cols}")
     idx = np.arange(rows * cols).reshape(rows, cols)
     parts = [
         np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
@@ -213,6 +227,9 @@ def grid_edges(rows: int, cols: int, periodic: bool = False) -> np.ndarray:
 
 def complete_edges(n: int) -> np.ndarray:
     """All n(n−1)/2 edges (i, j), i < j, of the complete graph, shape (m, 2)."""
+    _check_count(n, "n")
+    if n < 0:
+        raise ValueError(f"n must be the number of nodes, >= 0; got {n}")
     i, j = np.triu_indices(n, k=1)
     return np.stack([i, j], 1).astype(np.intp)
 
@@ -222,6 +239,10 @@ def random_regular_edges(n: int, degree: int, rng=None, max_tries: int = 1000) -
 
     Needs ``n * degree`` even and ``degree < n``.  Shape (n*degree/2, 2).
     """
+    _check_count(n, "n")
+    _check_count(degree, "degree")
+    if degree < 0:
+        raise ValueError(f"degree must be >= 0; got {degree}")
     if degree >= n or (n * degree) % 2:
         raise ValueError(
             f"no simple {degree}-regular graph on {n} nodes (need degree < n, n*degree even)"

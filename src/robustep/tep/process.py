@@ -22,7 +22,9 @@ St(m, s2, df) and the escort-tilted mean/variance (m^, s^2),
     nu_i = m^/(x sigma2_cav) - m/sigma2_cav,
 
 where ``sigma2_cav`` is the Gaussian-form cavity variance.  All sites are updated in
-parallel (then the posterior is refactorised once, O(n^3)), with damping.
+parallel (then the posterior is refactorised once, O(n^3)), with damping; after each step
+the site shifts are rescaled so that the cavity z-scores do not jump with the global scale
+factor |B|^{-1/df} (derivation §9; without it the method fails from ~200 points).
 For df = inf this is exactly parallel EP for GP classification with the step likelihood.
 
 Hyperparameter gradients (:func:`process_log_marginal_likelihood_gradient`, derivation
@@ -36,7 +38,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.linalg import cholesky, lu_factor, lu_solve
+from scipy.linalg import cholesky, lu_factor, lu_solve, solve_triangular
+from scipy.linalg.blas import dsyrk
 
 from robustep.families.t_exponential import t_of_df
 from robustep.tep.ep import TEPInfo
@@ -82,8 +85,9 @@ def process_posterior(K, tau, nu):
             low = cholesky(b, lower=True)
         except np.linalg.LinAlgError:
             return None
-        v = np.linalg.solve(low, sq[:, None] * K)
-        sigma = K - v.T @ v
+        v = solve_triangular(low, sq[:, None] * K, lower=True, check_finite=False)
+        vtv = np.triu(dsyrk(1.0, v, trans=1, lower=0))  # upper triangle of v^T v
+        sigma = K - (vtv + np.triu(vtv, 1).T)
         logdet = 2.0 * np.log(np.diag(low)).sum()
     else:
         m = np.eye(n) + K * tau[None, :]  # I + K T
@@ -136,7 +140,21 @@ def _site_update(d, mu, logdet_b, tau, nu, y, df, eps, n):
     return tau_new, nu_new, good
 
 
-def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=None, nu=None):
+def process_tep(
+    K,
+    y,
+    *,
+    df,
+    eps=0.0,
+    max_iter=200,
+    tol=1e-4,
+    damping=0.5,
+    tau=None,
+    nu=None,
+    rescale=True,
+    warm_logdet=None,
+    adaptive=False,
+):
     """Parallel t-EP for the latent Student-t process.
 
     Parameters
@@ -144,6 +162,19 @@ def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=N
     K : (n, n) prior scale matrix; y : (n,) in {-1, +1}; df : degrees of freedom
     (np.inf: GP-EP); eps : label noise; damping : weight kept on the old sites;
     tau, nu : optional warm start (n,).
+    rescale : after each trial step multiply the site shifts ``nu`` (hence the posterior
+        mean) by ``r = exp(-(log|B_new| - log|B_old|) / (2 df))``, which keeps every cavity
+        z-score ``y_i m_i / sqrt(v_i)`` at the value the step gave it before the change of
+        the global scale factor ``|B|^{-1/df}`` (docs/derivations/tep.md §9).  ``r = 1`` at a
+        fixed point, so the fixed points are EP's; without it parallel t-EP fails from a
+        few hundred points.  No effect for df = inf.
+    warm_logdet : log|B| of the warm start under the kernel it was computed with.  If
+        given (and ``rescale``), ``nu`` is first multiplied by
+        ``exp(-(log|B|_K - warm_logdet) / (2 df))``, the same z-score-preserving
+        correction for the change of K (warm starts inside the evidence optimiser).
+    adaptive : adapt the step length ``1 - damping`` between sweeps: x1.25 (at most 1)
+        after a sweep whose undamped residual max|F(s) - s| shrank, x0.5 (at least
+        ``(1 - damping) / 4``) after one where it grew.  Same fixed points, fewer sweeps.
 
     Returns (tau (n,), nu (n,), ProcessPosterior, TEPInfo).
     """
@@ -154,10 +185,16 @@ def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=N
     if post is None:  # bad warm start
         tau, nu = np.zeros(n), np.zeros(n)
         post = process_posterior(K, tau, nu)
+    elif rescale and warm_logdet is not None and not np.isinf(df):
+        r = np.exp(-(post.logdet_b - float(warm_logdet)) / (2.0 * df))
+        nu = r * nu
+        post.mu = r * post.mu
     history = []
     converged = False
     n_skipped = 0
     it = 0
+    base = 1.0 - damping  # step length of the next sweep
+    last_resid = np.inf
     for it in range(1, max_iter + 1):  # noqa: B007 (it is the iteration count afterwards)
         tau_new, nu_new, good = _site_update(
             np.diag(post.sigma_g), post.mu, post.logdet_b, tau, nu, y, df, eps, n
@@ -165,7 +202,8 @@ def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=N
         n_skipped += int((~good).sum())
         tau_new = np.where(good, tau_new, tau)
         nu_new = np.where(good, nu_new, nu)
-        step = 1.0 - damping
+        resid = max(np.abs(tau_new - tau).max(), np.abs(nu_new - nu).max())
+        step = base
         new_post = None
         ok_before = _cavities(post, tau, nu)[2]
         while step > 1e-3:
@@ -183,8 +221,19 @@ def process_tep(K, y, *, df, eps=0.0, max_iter=200, tol=1e-4, damping=0.5, tau=N
         if new_post is None:
             history.append(np.inf)
             break
+        if rescale and not np.isinf(df):
+            # §9: keep the cavity z-scores through the change of the global scale factor
+            r = np.exp(-(new_post.logdet_b - post.logdet_b) / (2.0 * df))
+            nu_try = r * nu_try
+            new_post.mu = r * new_post.mu
         diff = max(np.abs(tau_try - tau).max(), np.abs(nu_try - nu).max())
         tau, nu, post = tau_try, nu_try, new_post
+        if adaptive:  # on the undamped residual |F(s) - s|, not on the damped step
+            if resid < last_resid:
+                base = min(1.0, 1.25 * base)
+            elif resid > last_resid:
+                base = max(0.5 * base, 0.25 * (1.0 - damping))
+            last_resid = resid
         history.append(float(diff))
         if diff < tol:
             converged = True

@@ -1,0 +1,367 @@
+"""Stress grid for every EP estimator and method (issue 15 §3).
+
+A fixed grid of hard configurations -- extreme fixed hyperparameters (length-scales
+1e-3 ... 1e3, signal variances 1e-4 ... 1e4, ``optimizer=None``), duplicated and nearly
+duplicated inputs, constant features, 1-20% flipped labels, Student-t nu from 1 to 30 with
+0-30% gross outliers, n from 2 to 4000 (the largest cells with one method each), and
+unbalanced classes (1 positive in 1000) -- is run for
+
+* GPClassifier, methods ep, damped, power, rep, laplace,
+* StudentTGPRegressor, methods ep and fractional,
+* StudentTProcessClassifier (EP),
+* BayesPointMachine, methods ep and adf.
+
+For each (estimator, method) it prints: runs, converged (``converged_``), warned (a
+ConvergenceWarning during fit), NaN/inf (non-finite predictions or predictive standard
+deviations, probabilities outside [0, 1] or not summing to 1; must be 0), silent
+(``converged_`` False without a ConvergenceWarning; must be 0), undocumented (exceptions
+other than ValueError/TypeError with a message; must be 0), documented (ValueError or
+TypeError raised with a message -- counted, not failures), non-finite evidence (fits whose
+``log_marginal_likelihood_value_`` is -inf or NaN; reported separately, see
+docs/reliability.md) and seconds.
+
+Usage::
+
+    nice python benchmarks/stress.py            # the full grid (docs/reliability.md)
+    python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/test_stress.py)
+    python benchmarks/stress.py --verbose       # one line per run
+
+Exit status 1 when any of the three must-be-zero counts is not zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+import traceback
+import warnings
+from collections import defaultdict
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+from robustep.estimators.bpm import BayesPointMachine
+from robustep.estimators.gp_classifier import GPClassifier
+from robustep.estimators.student_t_process import StudentTProcessClassifier
+from robustep.estimators.student_t_regressor import StudentTGPRegressor
+
+GPC_METHODS = ("ep", "damped", "power", "rep", "laplace")
+TGP_METHODS = ("ep", "fractional")
+BPM_METHODS = ("ep", "adf")
+
+
+@dataclasses.dataclass
+class Cell:
+    """One run: an estimator factory and a data set."""
+
+    estimator: str  # e.g. "GPClassifier"
+    method: str
+    name: str  # the hard configuration
+    make: object  # () -> unfitted estimator
+    X: np.ndarray
+    y: np.ndarray
+    X_test: np.ndarray
+
+
+# ----------------------------------------------------------------------------- data
+def _classification(n, d, rng, flip=0.0, positives=None):
+    X = rng.uniform(-2, 2, (n, d))
+    score = np.sin(2 * X[:, 0]) + (0.5 * X[:, 1] if d > 1 else 0.0)
+    y = np.where(score > 0, 1, -1)
+    if positives is not None:  # unbalanced: exactly `positives` of class 1
+        y = -np.ones(n, dtype=int)
+        y[np.argsort(-score)[:positives]] = 1
+    if flip:
+        idx = rng.choice(n, max(1, int(round(flip * n))), replace=False)
+        y[idx] = -y[idx]
+    if np.unique(y).size < 2:  # keep two classes (n = 2 with a flip, say)
+        y[0] = -y[1] if n > 1 else y[0]
+    return X, y
+
+
+def _regression(n, d, rng, outliers=0.0):
+    X = rng.uniform(-3, 3, (n, d))
+    f = np.sin(2 * X[:, 0]) + (0.3 * X[:, 1] if d > 1 else 0.0)
+    y = f + 0.1 * rng.standard_normal(n)
+    if outliers:
+        idx = rng.choice(n, max(1, int(round(outliers * n))), replace=False)
+        y[idx] += rng.choice([-1.0, 1.0], idx.size) * rng.uniform(5, 20, idx.size)
+    return X, y
+
+
+def _duplicate(X, y, rng, near):
+    """Every input twice; the copies' labels are kept (classification: some conflict)."""
+    X2 = X + (1e-9 * rng.standard_normal(X.shape) if near else 0.0)
+    return np.vstack([X, X2]), np.concatenate([y, y[::-1] if y.dtype.kind == "i" else y])
+
+
+def _constant_feature(X):
+    return np.column_stack([X, np.full(X.shape[0], 3.0)])
+
+
+def _fixed_kernel(variance, length_scale):
+    return ConstantKernel(variance, "fixed") * RBF(length_scale, "fixed")
+
+
+# ----------------------------------------------------------------------------- grid
+def _data_cells(kind, rng, quick):
+    """(name, X, y, kernel or None (default + optimiser), extra) for one problem kind."""
+    out = []
+    if kind == "clf":
+        base = _classification(30 if quick else 60, 2, rng, flip=0.05)
+        for ell in (1e-3, 1.0, 1e3):
+            for var in (1e-4, 1.0, 1e4):
+                if quick and (ell, var) not in ((1e-3, 1e4), (1e3, 1e-4)):
+                    continue
+                out.append((f"fixed ell={ell:g} var={var:g}", *base, _fixed_kernel(var, ell)))
+        if not quick:
+            out.append(("optimised hyperparameters", *base, None))
+        for near in (False, True):
+            X, y = _duplicate(*_classification(15 if quick else 40, 2, rng), rng, near)
+            out.append(("near-duplicates" if near else "duplicates", X, y, _fixed_kernel(1, 1)))
+        X, y = _classification(30 if quick else 60, 2, rng)
+        out.append(("constant feature", _constant_feature(X), y, _fixed_kernel(1, 1)))
+        out.append(("all features constant", np.ones((30, 3)), _classification(30, 1, rng)[1],
+                    _fixed_kernel(1, 1)))  # fmt: skip
+        for flip in () if quick else (0.01, 0.2):
+            X, y = _classification(200, 2, rng, flip=flip)
+            out.append((f"{flip:.0%} flipped labels", X, y, _fixed_kernel(4, 0.5)))
+        for n in (2, 5) if quick else (2, 5, 300):
+            X, y = _classification(n, 2, rng)
+            out.append((f"n={n}", X, y, _fixed_kernel(1, 1)))
+    else:
+        for ell in (1e-3, 1.0, 1e3):
+            for var in (1e-4, 1.0, 1e4):
+                if quick and (ell, var) not in ((1e-3, 1e4), (1e3, 1e-4)):
+                    continue
+                X, y = _regression(60, 1, rng, outliers=0.1)
+                out.append((f"fixed ell={ell:g} var={var:g}", X, y, _fixed_kernel(var, ell)))
+        # nu x outlier fraction, with a fixed kernel (the optimiser on top multiplies the
+        # cost of the hardest cells, e.g. nu = 30 with 30% outliers, by ~20)
+        nu_cells = ((1.0, 0.3), (4.0, 0.3), (30.0, 0.0)) if quick else [
+            (df, frac) for df in (1.0, 2.0, 4.0, 30.0) for frac in (0.0, 0.1, 0.3)
+        ]  # fmt: skip
+        for df, frac in nu_cells:
+            X, y = _regression(40 if quick else 80, 1, rng, outliers=frac)
+            spec = ("fixed", df, _fixed_kernel(1.0, 0.7))
+            out.append((f"nu={df:g}, {frac:.0%} outliers", X, y, spec))
+        if not quick:
+            X, y = _regression(60, 1, rng, outliers=0.1)
+            out.append(("optimised hyperparameters", X, y, None))
+        for near in (False, True):
+            X, y = _duplicate(*_regression(40, 1, rng, outliers=0.1), rng, near)
+            out.append(("near-duplicates" if near else "duplicates", X, y, _fixed_kernel(1, 1)))
+        X, y = _regression(60, 2, rng, outliers=0.1)
+        out.append(("constant feature", _constant_feature(X), y, _fixed_kernel(1, 1)))
+        for n in (2, 5) if quick else (2, 5, 300):
+            X, y = _regression(n, 1, rng, outliers=0.2 if n > 2 else 0.0)
+            out.append((f"n={n}", X, y, _fixed_kernel(1, 1)))
+    return out
+
+
+def _gpc(method, kernel):
+    kw = dict(method=method, max_iter=300)
+    if kernel is None:
+        return lambda: GPClassifier(**kw)
+    return lambda: GPClassifier(kernel, optimizer=None, **kw)
+
+
+def _stpc(kernel):
+    if kernel is None:
+        return lambda: StudentTProcessClassifier(max_iter=300)
+    return lambda: StudentTProcessClassifier(kernel, optimizer=None, max_iter=300)
+
+
+def _tgp(method, spec):
+    if spec is None:
+        return lambda: StudentTGPRegressor(method=method)
+    if isinstance(spec, tuple):  # ("fixed", nu, kernel): nothing optimised
+        return lambda: StudentTGPRegressor(
+            spec[2], method=method, df=spec[1], scale=0.1, optimizer=None
+        )
+    return lambda: StudentTGPRegressor(spec, method=method, optimizer=None, scale=0.1)
+
+
+def cells(quick=False, seed=0):
+    """The grid, in a fixed order (the data depend only on ``seed``)."""
+    rng = np.random.default_rng(seed)
+    clf = _data_cells("clf", rng, quick)
+    reg = _data_cells("reg", rng, quick)
+    test_clf = rng.uniform(-2.5, 2.5, (50, 2))
+    test_reg = rng.uniform(-3.5, 3.5, (50, 2))
+
+    def test_for(X, test):
+        d = X.shape[1]
+        t = test[:, :d] if d <= test.shape[1] else np.column_stack(
+            [test, np.full((test.shape[0], d - test.shape[1]), 3.0)]
+        )  # fmt: skip
+        return t
+
+    out = []
+    for name, X, y, kernel in clf:
+        Xt = test_for(X, test_clf)
+        for m in GPC_METHODS:
+            out.append(Cell("GPClassifier", m, name, _gpc(m, kernel), X, y, Xt))
+        out.append(Cell("StudentTProcessClassifier", "ep", name, _stpc(kernel), X, y, Xt))
+        # the linear BPM has no kernel: scale the inputs like the length-scale instead
+        Xb = X / kernel.k2.length_scale if kernel is not None else X
+        Xbt = Xt / kernel.k2.length_scale if kernel is not None else Xt
+        for m in BPM_METHODS:
+            out.append(
+                Cell("BayesPointMachine", m, name,
+                     lambda m=m: BayesPointMachine(method=m, max_iter=300), Xb, y, Xbt)
+            )  # fmt: skip
+    for name, X, y, spec in reg:
+        Xt = test_for(X, test_reg)
+        for m in TGP_METHODS:
+            out.append(Cell("StudentTGPRegressor", m, name, _tgp(m, spec), X, y, Xt))
+    if not quick:
+        # large and unbalanced cells: one method each, fixed kernels (they stay cheap)
+        X, y = _classification(1000, 2, rng, positives=1)
+        Xt = test_clf
+        out.append(Cell("GPClassifier", "ep", "1 positive in 1000", _gpc("ep", _fixed_kernel(1, 1)),
+                        X, y, Xt))  # fmt: skip
+        out.append(Cell("BayesPointMachine", "ep", "1 positive in 1000",
+                        lambda: BayesPointMachine(max_iter=300), X, y, Xt))  # fmt: skip
+        X, y = _classification(4000, 2, rng, flip=0.05)
+        out.append(Cell("GPClassifier", "ep", "n=4000", _gpc("ep", _fixed_kernel(1, 0.5)),
+                        X, y, Xt))  # fmt: skip
+        out.append(Cell("BayesPointMachine", "ep", "n=4000",
+                        lambda: BayesPointMachine(max_iter=300), X, y, Xt))  # fmt: skip
+        # the Student-t process classifier is the slowest (more than 8 minutes at
+        # n = 1000 on the loaded machine): 1 positive in 300, and n = 600
+        X, y = _classification(300, 2, rng, positives=1)
+        out.append(Cell("StudentTProcessClassifier", "ep", "1 positive in 300",
+                        _stpc(_fixed_kernel(1, 1)), X, y, Xt))  # fmt: skip
+        X, y = _classification(600, 2, rng, flip=0.05)
+        out.append(Cell("StudentTProcessClassifier", "ep", "n=600",
+                        _stpc(_fixed_kernel(1, 0.5)), X, y, Xt))  # fmt: skip
+        X, y = _regression(2000, 1, rng, outliers=0.1)
+        out.append(Cell("StudentTGPRegressor", "ep", "n=2000, 10% outliers",
+                        _tgp("ep", _fixed_kernel(1, 0.5)), X, y, test_reg[:, :1]))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- running
+def _finite_outputs(est, X_test, classifier):
+    """True when every prediction is finite and probabilities are valid."""
+    ok = True
+    if classifier:
+        p = est.predict_proba(X_test)
+        ok &= bool(np.all(np.isfinite(p)) and np.all((p >= 0) & (p <= 1)))
+        ok &= bool(np.allclose(p.sum(axis=1), 1.0))
+        labels = est.predict(X_test)
+        ok &= bool(np.all(np.isin(labels, est.classes_)))
+    else:
+        mean, std = est.predict(X_test, return_std=True)
+        ok &= bool(np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std >= 0))
+    return ok
+
+
+def _finite_evidence(est):
+    lml = getattr(est, "log_marginal_likelihood_value_", None)
+    return lml is None or bool(np.isfinite(lml))
+
+
+def run_cell(cell):
+    """Fit and predict once; return a dict of outcomes."""
+    t0 = time.perf_counter()
+    out = dict(converged=False, warned=False, nonfinite=False, evidence=False, silent=False,
+               undocumented=False, documented=False, error="")  # fmt: skip
+    X0, y0 = cell.X.copy(), cell.y.copy()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = cell.make()
+            est.fit(cell.X, cell.y)
+            classifier = hasattr(est, "classes_")
+            out["nonfinite"] = not _finite_outputs(est, cell.X_test, classifier)
+            out["evidence"] = not _finite_evidence(est)
+        out["warned"] = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        out["converged"] = bool(getattr(est, "converged_", True))
+        out["silent"] = not out["converged"] and not out["warned"]
+        if not (np.array_equal(X0, cell.X) and np.array_equal(y0, cell.y)):
+            out["undocumented"], out["error"] = True, "fit modified the caller's arrays"
+    except (ValueError, TypeError) as err:
+        if str(err):
+            out["documented"], out["error"] = True, f"{type(err).__name__}: {err}"
+        else:
+            out["undocumented"], out["error"] = True, f"{type(err).__name__} without a message"
+    except Exception as err:  # noqa: BLE001 -- counting them is the point
+        out["undocumented"] = True
+        out["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def run(quick=False, verbose=False, seed=0):
+    """Run the grid; return {(estimator, method): counts} and the failing runs."""
+    table = defaultdict(lambda: defaultdict(float))
+    failures = []
+    for cell in cells(quick, seed):
+        r = run_cell(cell)
+        row = table[(cell.estimator, cell.method)]
+        row["runs"] += 1
+        for key in (
+            "converged",
+            "warned",
+            "nonfinite",
+            "evidence",
+            "silent",
+            "undocumented",
+            "documented",
+        ):
+            row[key] += int(r[key])
+        row["seconds"] += r["seconds"]
+        bad = r["nonfinite"] or r["silent"] or r["undocumented"]
+        if bad:
+            failures.append((cell, r))
+        if verbose or bad:
+            flags = [k for k in ("converged", "warned", "nonfinite", "evidence", "silent",
+                                 "undocumented", "documented") if r[k]]  # fmt: skip
+            print(f"{cell.estimator:27s} {cell.method:8s} {cell.name:32s} {r['seconds']:7.2f}s "
+                  f"{' '.join(flags)} {r['error'].splitlines()[0] if r['error'] else ''}",
+                  flush=True)  # fmt: skip
+    return table, failures
+
+
+def format_table(table):
+    head = ("| estimator | method | runs | converged | warned | NaN/inf | silent | undocumented "
+            "| documented errors | non-finite evidence | seconds |")  # fmt: skip
+    lines = [head, "|" + "---|" * 11]
+    for (est, method), row in sorted(table.items()):
+        lines.append(
+            f"| {est} | {method} | {row['runs']:.0f} | {row['converged']:.0f} | "
+            f"{row['warned']:.0f} | {row['nonfinite']:.0f} | {row['silent']:.0f} | "
+            f"{row['undocumented']:.0f} | {row['documented']:.0f} | {row['evidence']:.0f} | "
+            f"{row['seconds']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small subset (< 60 s)")
+    parser.add_argument("--verbose", action="store_true", help="one line per run")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    table, failures = run(args.quick, args.verbose, args.seed)
+    print(format_table(table))
+    keys = ("runs", "nonfinite", "silent", "undocumented", "evidence")
+    total = {k: sum(r[k] for r in table.values()) for k in keys}
+    print(
+        f"\n{total['runs']:.0f} runs in {time.perf_counter() - t0:.0f} s: "
+        f"{total['nonfinite']:.0f} NaN/inf predictions, {total['silent']:.0f} silent failures, "
+        f"{total['undocumented']:.0f} undocumented exceptions; "
+        f"{total['evidence']:.0f} fits with a non-finite log marginal likelihood"
+    )
+    for cell, r in failures:
+        print(f"\nFAILED {cell.estimator} {cell.method} {cell.name}: {r['error']}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
