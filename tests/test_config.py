@@ -102,3 +102,38 @@ def test_blas_limit_applied_inside_a_fit_and_restored(monkeypatch):
         with pytest.raises(RuntimeError, match="boom"), config(blas_threads=1):
             GPClassifier(optimizer=None).fit(X, y)
         assert seen[-1] == {1} and _blas_threads() == {2}
+
+
+@pytest.mark.parametrize(
+    "name", ["StudentTGPRegressor", "BayesPointMachine", "StudentTProcessClassifier"]
+)
+def test_every_estimator_fit_runs_under_the_blas_limit(monkeypatch, name):
+    """The other estimators' fits are wrapped by limits_blas_threads: the limit holds inside
+    fit (seen from its parameter validation, the first thing fit does) and the caller's
+    limit is restored afterwards."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    import robustep
+
+    if not _blas_threads():
+        pytest.skip("threadpoolctl finds no BLAS library")
+    cls = getattr(robustep, name)
+    seen = []
+    original = cls._validate_params
+
+    def spy(self):
+        seen.append(_blas_threads())
+        return original(self)
+
+    monkeypatch.setattr(cls, "_validate_params", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    y = X[:, 0] + 0.1 * rng.normal(size=20)
+    if name != "StudentTGPRegressor":
+        y = (y > 0).astype(int)
+    with threadpool_limits(limits=2, user_api="blas"):
+        with config(blas_threads=1):
+            cls().fit(X, y)
+        assert _blas_threads() == {2}
+    assert seen == [{1}]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import numbers
 from collections.abc import Iterator
 
@@ -137,3 +138,22 @@ def blas_thread_limit(n: int) -> Iterator[int | None]:
         return
     with _threadpool_controller().limit(limits=limit, user_api="blas"):
         yield limit
+
+
+def limits_blas_threads(fit):
+    """Decorate an estimator's ``fit(self, X, y, ...)`` to run under :func:`blas_thread_limit`.
+
+    The number of training points is read from ``X`` (its length); input that has no length
+    is left to the fit's own validation, under the limit for n = 0.
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self, X, *args, **kwargs):
+        try:
+            n = len(X)
+        except TypeError:
+            n = 0
+        with blas_thread_limit(n):
+            return fit(self, X, *args, **kwargs)
+
+    return wrapper

@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from robustep._config import limits_blas_threads
 from robustep._validation import binary_labels, validate_data
 from robustep.tep.ep import linear_log_marginal_likelihood, linear_posterior, linear_tep
 from robustep.tep.likelihood import _t_cdf
@@ -113,6 +114,7 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
     def _design(self, X):
         return np.hstack([X, np.ones((X.shape[0], 1))]) if self.fit_intercept else X
 
+    @limits_blas_threads
     def fit(self, X, y):
         """Fit the posterior. X (n, d), y (n,) with exactly two distinct labels. Returns self."""
         self._validate_params()

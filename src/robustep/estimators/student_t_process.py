@@ -19,6 +19,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from robustep._config import limits_blas_threads
 from robustep._validation import validate_data
 from robustep.estimators.bpm import _binary_labels, _noisy_step_proba
 from robustep.tep.process import (
@@ -290,6 +291,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         return cache["first"] + 1.0 + 100.0 * (d @ d), 200.0 * d
 
     # ------------------------------------------------------------------ API
+    @limits_blas_threads
     def fit(self, X, y):
         """Fit hyperparameters (optional) and the EP posterior. X (n, d), y (n,) two labels."""
         self._validate_params()

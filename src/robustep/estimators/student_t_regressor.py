@@ -42,6 +42,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.likelihoods import StudentT
 from robustep.quadrature import gauss_legendre
@@ -499,6 +500,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     self._at_bounds.append((name, side, value, bound))
 
     # ----------------------------------------------------------------- fit
+    @limits_blas_threads
     def fit(self, X, y):
         """Fit the hyperparameters and the posterior approximation; returns self.
 
