@@ -26,6 +26,15 @@ def test_sklearn_compatible(estimator, check):
         check(estimator)
 
 
+@pytest.mark.slow
+@parametrize_with_checks([StudentTProcessClassifier()])
+def test_sklearn_compatible_defaults(estimator, check):
+    """The defaults (evidence optimisation, ARD off, damping) pass every check (~50 s)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
 def _data(n=30, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2))
