@@ -45,8 +45,22 @@ def _jittered_cholesky(K: np.ndarray) -> np.ndarray:
     return jittered_cholesky(K, warn=False)[0]
 
 
+class LaplaceModeMixin:
+    """What every Laplace result answers alike: its mean is the mode, its sites are W."""
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Posterior mean of the Gaussian approximation (= the mode), shape (n,)."""
+        return self.mode
+
+    @property
+    def site_precision(self) -> np.ndarray:
+        """The Laplace 'site' precisions W (negative for outliers), shape (n,)."""
+        return self.W
+
+
 @dataclasses.dataclass
-class LaplaceResult:
+class LaplaceResult(LaplaceModeMixin):
     """Result of :func:`laplace_approximation` (all arrays for n training points).
 
     mode : (n,) posterior mode f^ (the approximation's mean; ``mean`` is an alias).
@@ -71,16 +85,6 @@ class LaplaceResult:
     L: np.ndarray
     C: np.ndarray
     d3: np.ndarray
-
-    @property
-    def mean(self) -> np.ndarray:
-        """Posterior mean of the Gaussian approximation (= the mode), shape (n,)."""
-        return self.mode
-
-    @property
-    def site_precision(self) -> np.ndarray:
-        """The Laplace 'site' precisions W (negative for outliers), shape (n,)."""
-        return self.W
 
     def posterior_covariance(self) -> np.ndarray:
         """Sigma = (K^-1 + W)^-1 = L B^-1 L^T, shape (n, n)."""

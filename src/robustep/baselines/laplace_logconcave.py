@@ -37,6 +37,8 @@ from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep.baselines.laplace import LaplaceModeMixin
+
 __all__ = ["LogConcaveLaplaceResult", "laplace_logconcave", "laplace_logconcave_gradient"]
 
 # Where W_i Sigma_ii is below this, Sigma_ii = (1 - (B^-1)_ii) / W_i cancels: use the
@@ -45,7 +47,7 @@ _CANCELLATION = 1e-3
 
 
 @dataclasses.dataclass
-class LogConcaveLaplaceResult:
+class LogConcaveLaplaceResult(LaplaceModeMixin):
     """Laplace approximation at the mode (all arrays for n training points).
 
     mode : (n,) f^;  var : (n,) diag(Sigma), Sigma = (K^-1 + W)^-1;  W : (n,) >= 0;
@@ -65,16 +67,6 @@ class LogConcaveLaplaceResult:
     log_marginal_likelihood: float
     converged: bool
     n_iter: int
-
-    @property
-    def mean(self) -> np.ndarray:
-        """Posterior mean of the Gaussian approximation (= the mode), shape (n,)."""
-        return self.mode
-
-    @property
-    def site_precision(self) -> np.ndarray:
-        """The Laplace 'site' precisions W, shape (n,)."""
-        return self.W
 
     def predict(self, K_cross, k_diag):
         """Latent predictive mean K_* a (m,) and variance k_** - k_*^T R k_* (m,)."""

@@ -204,13 +204,8 @@ def _errors(entry, mean, cov):
     return entry
 
 
-def run(config: dict, seed: int) -> dict:
-    """Exact, grid and IS posteriors; EP, DEP, PEP, REP at the paper's settings and sweeps."""
-    X, y, eps = TOY_X, TOY_Y, float(config["epsilon"])
-    mean, cov, log_Z = exact_posterior(X, y, eps)
-    g_mean, g_cov = grid_posterior(X, y, eps, size=int(config["grid_size"]))
-    rng = np.random.default_rng(seed)
-    is_mean, is_cov, ess = importance_posterior(X, y, eps, int(config["is_samples"]), rng)
+def _compare_methods(X, y, eps, config, mean, cov) -> dict:
+    """EP, DEP, PEP and REP at the configured settings, with errors against (mean, cov)."""
     methods = {
         "EP": run_method(X, y, eps),
         f"DEP ({config['damping']})": run_method(X, y, eps, damping=float(config["damping"])),
@@ -221,6 +216,17 @@ def run(config: dict, seed: int) -> dict:
     }
     for entry in methods.values():
         _errors(entry, mean, cov)
+    return methods
+
+
+def run(config: dict, seed: int) -> dict:
+    """Exact, grid and IS posteriors; EP, DEP, PEP, REP at the paper's settings and sweeps."""
+    X, y, eps = TOY_X, TOY_Y, float(config["epsilon"])
+    mean, cov, log_Z = exact_posterior(X, y, eps)
+    g_mean, g_cov = grid_posterior(X, y, eps, size=int(config["grid_size"]))
+    rng = np.random.default_rng(seed)
+    is_mean, is_cov, ess = importance_posterior(X, y, eps, int(config["is_samples"]), rng)
+    methods = _compare_methods(X, y, eps, config, mean, cov)
     powers = [float(u) for u in config["powers"]]
     cs = [float(c) for c in np.logspace(*config["c_log10_range"], int(config["n_c"]))]
     pep_sweep = [_errors(run_method(X, y, eps, power=u), mean, cov) for u in powers]
@@ -243,16 +249,7 @@ def run(config: dict, seed: int) -> dict:
     # the second toy (EP visibly wrong): the same methods and c sweep, REP as derived
     X2, y2, k2, tried = boundary_toy(eps)
     mean2, cov2, log_Z2 = exact_posterior(X2, y2, eps)
-    methods2 = {
-        "EP": run_method(X2, y2, eps),
-        f"DEP ({config['damping']})": run_method(X2, y2, eps, damping=float(config["damping"])),
-        f"PEP (u={config['power']})": run_method(X2, y2, eps, power=float(config["power"])),
-        f"REP (c={config['relaxation']:g})": run_method(
-            X2, y2, eps, relaxation=float(config["relaxation"])
-        ),
-    }
-    for entry in methods2.values():
-        _errors(entry, mean2, cov2)
+    methods2 = _compare_methods(X2, y2, eps, config, mean2, cov2)
     rep_sweep2 = [_errors(run_method(X2, y2, eps, relaxation=c), mean2, cov2) for c in cs]
     second = {
         "X": X2.tolist(),
