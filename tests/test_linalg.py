@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from robustep._config import config
-from robustep.linalg import InvalidSiteConfiguration, SitePosterior, jittered_cholesky
+from robustep.linalg import InvalidSiteConfiguration, jittered_cholesky
+from robustep.posterior import DenseSitePosterior as SitePosterior
 
 
 def _rbf(x, var=1.5, ell=0.7, noise=1e-6):

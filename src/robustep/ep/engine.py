@@ -24,7 +24,6 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep._config import get_config
@@ -32,7 +31,8 @@ from robustep.ep.evidence import ep_objective
 from robustep.ep.state import EPResult
 from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.likelihoods.base import Likelihood
-from robustep.linalg import InvalidSiteConfiguration, SitePosterior
+from robustep.linalg import InvalidSiteConfiguration
+from robustep.posterior import GaussianPrior, SitePosterior, as_prior
 
 SCHEDULES = ("parallel", "sequential")
 
@@ -76,7 +76,7 @@ class _Evaluation:
 def _evaluate(ctx, precision, shift, ref=None, post=None):
     """Factorise the posterior and run the site update rule at all valid cavities."""
     if post is None:
-        post = SitePosterior(ctx.K, precision, shift)
+        post = ctx.prior.posterior(precision, shift)
     if ref is None:
         ref_precision, ref_shift = 1.0 / post.var, post.mean / post.var
     else:
@@ -122,7 +122,7 @@ def _evaluate(ctx, precision, shift, ref=None, post=None):
 
 @dataclasses.dataclass
 class _Context:
-    K: np.ndarray
+    prior: GaussianPrior
     y: np.ndarray
     likelihood: Likelihood
     rule: object
@@ -545,32 +545,21 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
         raise TypeError(
             f"likelihood must be a robustep.likelihoods.Likelihood, got {type(likelihood).__name__}"
         )
-    K = np.asarray(K, dtype=float)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"K must be a square (n, n) matrix, got shape {K.shape}")
-    if K.shape[0] == 0:
-        raise ValueError("K is empty (0 x 0): pass at least one observation")
-    if not np.all(np.isfinite(K)):
-        raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
-    if K.shape[0] and not np.allclose(K, K.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(K))):
-        raise ValueError("K must be symmetric; symmetrise it, e.g. K = (K + K.T) / 2")
-    if K.shape[0]:
-        # one Cholesky (small next to an EP run) rejects an indefinite prior up front
-        scale = max(float(np.mean(np.diag(K))), np.finfo(float).tiny)
-        _, info = lapack.dpotrf(K + 1e-8 * scale * np.eye(K.shape[0]), lower=1)
-        if info != 0:
-            raise ValueError(
-                "K is not positive semi-definite (Cholesky failed even with relative jitter "
-                "1e-8); check the kernel and its hyperparameters, or add a WhiteKernel"
-            )
+    prior = as_prior(K)
+    n = prior.n
     y = likelihood.validate_targets(y)
-    if y.shape[0] != K.shape[0]:
+    if y.shape[0] != n:
         raise ValueError(
-            f"y has {y.shape[0]} entries but K is {K.shape[0]} x {K.shape[0]}; "
+            f"y has {y.shape[0]} entries but K is {n} x {n} (the prior has {n} latent values); "
             "pass one target per row of K"
         )
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "sequential" and not prior.supports_sequential:
+        raise ValueError(
+            f"schedule='sequential' needs the full posterior covariance, which "
+            f"{type(prior).__name__} does not form; use schedule='parallel'"
+        )
     if not (isinstance(damping, numbers.Real) and 0.0 <= damping < 1.0):
         raise ValueError(f"damping must be in [0, 1) (0 = no damping), got {damping!r}")
     if not (isinstance(power, numbers.Real) and 0.0 < power <= 1.0):
@@ -579,7 +568,7 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     if not (isinstance(tol, numbers.Real) and tol > 0):
         raise ValueError(f"tol must be positive, got {tol!r}")
-    return K, y
+    return prior, y
 
 
 def _initial_sites(init, n):
@@ -617,7 +606,9 @@ def expectation_propagation(
 
     Parameters
     ----------
-    K : (n, n) prior covariance (not modified).
+    K : (n, n) prior covariance (not modified; checked to be symmetric positive
+        semi-definite), or a :class:`robustep.posterior.GaussianPrior` (e.g.
+        ``DensePrior(K, check=False)`` to skip the O(n^3) check, or a low-rank prior).
     y : (n,) targets, validated by ``likelihood.validate_targets``.
     likelihood : a :class:`robustep.likelihoods.Likelihood`.
     schedule : "parallel" (all sites from fixed marginals, one factorisation per
@@ -660,10 +651,10 @@ def expectation_propagation(
     -------
     EPResult
     """
-    K, y = _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol)
-    n = K.shape[0]
+    prior, y = _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol)
+    n = prior.n
     rule = moment_matching_update if site_update is None else site_update
-    ctx = _Context(K, y, likelihood, rule, float(power), float(damping), float(tol),
+    ctx = _Context(prior, y, likelihood, rule, float(power), float(damping), float(tol),
                    int(max_iter), callback)  # fmt: skip
     precision, shift = _initial_sites(init, n)
     try:

@@ -38,7 +38,7 @@ def local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift
 
 def prior_term(posterior) -> float:
     """log int N(f | 0, K) prod_i exp(nu~_i f_i - tau~_i f_i^2 / 2) df."""
-    return -0.5 * posterior.log_det + 0.5 * float(posterior.site_shift @ posterior.mean)
+    return posterior.prior_term()
 
 
 def ep_objective(

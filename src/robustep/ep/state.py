@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from robustep.linalg import SitePosterior
+from robustep.posterior import SitePosterior
 
 
 @dataclasses.dataclass
@@ -32,7 +32,7 @@ class EPResult:
     power : the fractional power eta.
     n_invalid_cavities : sites whose cavity precision was not positive at the end.
     message : human-readable summary of how the run ended.
-    posterior : the :class:`robustep.linalg.SitePosterior` factorisation.
+    posterior : the :class:`robustep.posterior.SitePosterior` (dense, low-rank, ...).
     """
 
     mean: np.ndarray
