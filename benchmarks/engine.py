@@ -1,90 +1,186 @@
-"""EP engine cost in units of one Cholesky factorisation of K (issue 2, §5).
+"""The dense EP engine at its floor, in units of one Cholesky of K (issue 16 §3; issue 2 §5).
 
-For n in {500, 1000, 2000, 4000}, an RBF kernel on 2-D inputs, and the probit
-and Student-t likelihoods, prints in one run on one machine:
+Prints, in one run on one machine (every time is a median of ``--repeat`` runs; the
+Cholesky time is measured before and after the fits and its median is the unit):
 
-* the time of one parallel EP sweep (factorisation + marginal variances +
-  tilted moments + site update) divided by one Cholesky of K (goal <= 2);
-* sweeps to convergence (tol 1e-4, robust parallel EP, zero initial sites);
-* the whole EP run in Cholesky-times (goal for probit at n = 2000: <= 15).
+1. **Floor** (probit, RBF kernel on 2-D inputs, n = ``--n`` (2000), ``--threads`` (2) BLAS
+   threads through threadpoolctl and ``robustep.config(blas_threads=...)``, tol 1e-4,
+   fixed hyperparameters): the whole EP fit in Cholesky-times, its O(n^3) sweeps and O(n^2)
+   mean sweeps, and the Cholesky-equivalents spent per sweep, for
 
-Usage: python benchmarks/engine.py [--sizes 500 1000 2000 4000] [--repeat 3]
+   * ``expectation_propagation(K, y, Probit())`` (includes the O(n^3) check of K),
+   * the same on ``DensePrior(K, check=False)`` (no check: what the estimators run),
+   * the same with ``mean_sweeps=0`` (the engine before issue 16),
+   * ``GPClassifier(method="ep", optimizer=None).fit(X, y)`` (kernel, validation, EP,
+     fitted attributes, leave-one-out diagnostics);
+
+   and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri`` (the
+   triangular inverse used) and ``dpotri`` (the full inverse), each / one Cholesky.
+2. **Small problems**: ``GPClassifier(optimizer=None).fit`` at n = 50 and
+   ``predict_proba`` on 1000 points, median wall-clock and CPU time of ``--small-repeat``
+   runs, one BLAS thread (the library's default for n <= 2000).
+3. With ``--sizes``: the engine table (probit and Student-t, n in ``--sizes``): Cholesky,
+   sweeps, mean sweeps, and the whole run in Cholesky-times.
+
+Goals (issue 16): the floor <= 15 Cholesky-times; the small fit <= 10 ms, predict_proba
+<= 5 ms.  On a loaded machine the ratios move with the load; compare within one run.
+
+Usage: python benchmarks/engine.py [--n 2000] [--threads 2] [--repeat 3]
+       [--sizes 500 1000 2000 4000] [--student-t]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 
 import numpy as np
-import scipy.linalg
+from scipy.linalg import lapack
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from threadpoolctl import threadpool_limits
 
+import robustep
 from robustep.ep import expectation_propagation
-from robustep.ep.engine import _Context, _evaluate, _parallel_step
-from robustep.ep.updates import moment_matching_update
+from robustep.estimators import GPClassifier
 from robustep.likelihoods import Probit, StudentT
+from robustep.posterior import DensePrior
 
-
-def best_time(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+KERNEL = ConstantKernel(2.0) * RBF(1.0)
 
 
 def problem(n, kind, seed=0):
+    """(X (n, 2), K (n, n), y (n,), likelihood) for "probit" or "student-t"."""
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(n, 2))
-    K = (ConstantKernel(2.0) * RBF(1.0))(X) + 1e-6 * np.eye(n)
+    K = KERNEL(X) + 1e-6 * np.eye(n)
     f = np.sin(X[:, 0]) + np.cos(1.5 * X[:, 1])
     if kind == "probit":
         y = np.where(f + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
-        return K, y, Probit()
+        return X, K, y, Probit()
     y = f + 0.2 * rng.standard_normal(n)
     outliers = rng.random(n) < 0.05
     y[outliers] += rng.choice([-1, 1], outliers.sum()) * rng.uniform(3, 6, outliers.sum())
-    return K, y, StudentT(df=4.0, scale=0.2)
+    return X, K, y, StudentT(df=4.0, scale=0.2)
+
+
+def timed(fn, repeat):
+    """(median wall seconds, median CPU seconds, last result) over ``repeat`` runs."""
+    wall, cpu, out = [], [], None
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn()
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - t)
+    return float(np.median(wall)), float(np.median(cpu)), out
+
+
+def cholesky_time(K, repeat):
+    """[(wall, CPU) seconds] of ``repeat`` Choleskys of I + K."""
+    B = K + np.eye(K.shape[0])
+    return [timed(lambda: lapack.dpotrf(B, lower=1, clean=1), 1)[:2] for _ in range(repeat)]
+
+
+def quiet(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn()
+
+
+def floor(n, threads, repeat, kind="probit"):
+    X, K, y, lik = problem(n, kind)
+    labels = (y > 0).astype(int)
+    prior = DensePrior(K, check=False)
+    with threadpool_limits(limits=threads, user_api="blas"), robustep.config(blas_threads=threads):
+        chol = cholesky_time(K, repeat)
+        L = lapack.dpotrf(K + np.eye(n), lower=1, clean=1)[0]
+        trtri = timed(lambda: lapack.dtrtri(L, lower=1), repeat)
+        potri = timed(lambda: lapack.dpotri(L, lower=1), repeat)
+        runs = {
+            "EP(K), checks K": lambda: expectation_propagation(K, y, lik, tol=1e-4),
+            "EP(DensePrior, no check)": lambda: expectation_propagation(prior, y, lik, tol=1e-4),
+            "same, mean_sweeps=0 (before)": lambda: expectation_propagation(
+                prior, y, lik, tol=1e-4, mean_sweeps=0
+            ),
+        }
+        if kind == "probit":
+            clf = GPClassifier(KERNEL, method="ep", optimizer=None, tol=1e-4)
+            runs["GPClassifier(method='ep').fit"] = lambda: clf.fit(X, labels)._result
+        results = {name: quiet(lambda fn=fn: timed(fn, repeat)) for name, fn in runs.items()}
+        chol += cholesky_time(K, repeat)
+    c, cc = (float(np.median([t[i] for t in chol])) for i in (0, 1))
+    print(f"\n{kind} EP floor: n = {n}, {threads} BLAS thread(s), tol 1e-4, median of {repeat}")
+    print(f"one Cholesky of I + K: wall {c * 1e3:.1f} ms, CPU {cc * 1e3:.1f} ms")
+    print(f"marginal variances per sweep (wall / CPU ratios): dtrtri {trtri[0] / c:.2f} / "
+          f"{trtri[1] / cc:.2f}, dpotri {potri[0] / c:.2f} / {potri[1] / cc:.2f} "
+          "Cholesky-times")  # fmt: skip
+    print("ratios: wall / wall Cholesky, and CPU / CPU Cholesky (less sensitive to the load)")
+    print(f"{'run':32s} {'wall s':>7s} {'/ chol':>7s} {'CPU/chol':>8s} {'sweeps':>6s} "
+          f"{'mean sw':>7s} {'chol/sweep':>10s} {'conv':>5s}")  # fmt: skip
+    for name, (wall, cpu, res) in results.items():
+        sweeps = int(res.n_iter)
+        mean = int(sum(res.history.get("mean_sweeps", [])))
+        conv = str(bool(res.converged))
+        print(f"{name:32s} {wall:7.3f} {wall / c:7.1f} {cpu / cc:8.1f} {sweeps:6d} {mean:7d} "
+              f"{wall / c / max(sweeps, 1):10.2f} {conv:>5s}", flush=True)  # fmt: skip
+
+
+def small(repeat):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (50, 2))
+    y = (np.sin(X[:, 0]) + 0.3 * rng.standard_normal(50) > 0).astype(int)
+    Xt = rng.uniform(-3, 3, (1000, 2))
+    clf = GPClassifier(optimizer=None).fit(X, y)  # warm up imports and caches
+    clf.predict_proba(Xt)
+    fit = timed(lambda: clf.fit(X, y), repeat)
+    proba = timed(lambda: clf.predict_proba(Xt), repeat)
+    print(f"\nsmall problems (median of {repeat}; goals 10 ms and 5 ms):")
+    print(f"GPClassifier(optimizer=None).fit, n = 50:   wall {fit[0] * 1e3:6.2f} ms, "
+          f"CPU {fit[1] * 1e3:6.2f} ms ({clf.n_iter_} sweeps)")  # fmt: skip
+    print(f"predict_proba, 1000 points:                 wall {proba[0] * 1e3:6.2f} ms, "
+          f"CPU {proba[1] * 1e3:6.2f} ms")  # fmt: skip
+
+
+def table(sizes, repeat, threads):
+    print(f"\nengine table ({threads} BLAS thread(s); tol 1e-4; K checked; median of {repeat})")
+    print(f"{'lik':9s} {'n':>5s} {'chol s':>8s} {'sweeps':>6s} {'mean sw':>7s} "
+          f"{'total/chol':>10s} {'before: sweeps':>14s} {'/chol':>6s} {'conv':>5s}")  # fmt: skip
+
+    def run(K, y, lik, mean_sweeps):
+        fit = lambda: expectation_propagation(K, y, lik, tol=1e-4, mean_sweeps=mean_sweeps)  # noqa: E731
+        return quiet(lambda: timed(fit, repeat))
+
+    with threadpool_limits(limits=threads, user_api="blas"):
+        for n in sizes:
+            for kind in ("probit", "student-t"):
+                _, K, y, lik = problem(n, kind)
+                chol = float(np.median([t[0] for t in cholesky_time(K, repeat)]))
+                total, _, res = run(K, y, lik, "auto")
+                before, _, res0 = run(K, y, lik, 0)
+                mean = int(sum(res.history["mean_sweeps"]))
+                print(f"{kind:9s} {n:5d} {chol:8.4f} {res.n_iter:6d} {mean:7d} "
+                      f"{total / chol:10.1f} {res0.n_iter:14d} {before / chol:6.1f} "
+                      f"{str(res.converged):>5s}", flush=True)  # fmt: skip
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2000, 4000])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--small-repeat", type=int, default=30)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[])
+    parser.add_argument("--student-t", action="store_true", help="also the Student-t floor")
     args = parser.parse_args(argv)
-    print(f"{'lik':8s} {'n':>5s} {'chol s':>8s} {'sweep/chol':>10s} {'sweeps':>6s} "
-          f"{'total/chol':>10s} {'conv':>5s}")  # fmt: skip
-    for n in args.sizes:
-        for kind in ("probit", "student-t"):
-            K, y, lik = problem(n, kind)
-            chol = best_time(lambda K=K: scipy.linalg.cholesky(K, lower=True), args.repeat)
-            # one parallel sweep from a converged-ish state (after 3 sweeps from zero)
-            ctx = _Context(K, y, lik, moment_matching_update, 1.0, 0.0, 1e-4, 10**6, None)
-            ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
-            for _ in range(3):
-                ev = _parallel_step(ctx, ev, 1.0, True)[0]
-            sweep = best_time(
-                lambda ctx=ctx, ev=ev: _parallel_step(ctx, ev, 1.0, True), args.repeat
-            )
-            t = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = expectation_propagation(K, y, lik, tol=1e-4)
-            total = time.perf_counter() - t
-            print(f"{kind:8s} {n:5d} {chol:8.4f} {sweep / chol:10.2f} {res.n_iter:6d} "
-                  f"{total / chol:10.1f} {str(res.converged):>5s}", flush=True)  # fmt: skip
-    try:
-        import GPy  # noqa: F401
-
-        print("GPy is installed: compare with benchmarks/gpc.py")
-    except ImportError:
-        print(
-            "GPy is not installed (pip install GPy==1.15 to compare); issue reference: "
-            "GPy 1.15 EP at n=2000 took 170 s (about 3400 Cholesky-times) on this machine."
-        )
+    print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+    floor(args.n, args.threads, args.repeat)
+    if args.student_t:
+        floor(args.n, args.threads, args.repeat, kind="student-t")
+    small(args.small_repeat)
+    if args.sizes:
+        table(args.sizes, args.repeat, args.threads)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

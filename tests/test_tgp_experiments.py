@@ -141,11 +141,12 @@ def test_benchmark_jobs_match_serial():
             "mcmc_samples": 10,
             "mcmc_chains": 2,
         },
-        drop=("cpu",),  # CPU seconds are measured, not computed
+        drop=("cpu", "cpu_split"),  # CPU seconds are measured, not computed
     )
     r = res["datasets"]["friedman"]
     assert len(r["MCMC"]["lpd"]) == 15 and len(r["MCMC"]["rhat_max"]) == 1
-    assert res["mcmc"] == {"samples": 10, "chains": 2}
+    assert len(r["MCMC"]["ess_param"]) == 1 and r["MCMC"]["ess_param"][0]
+    assert res["mcmc"] == {"samples": 10, "chains": 2, "hyper_every": 1}
 
 
 def test_fixed_jobs_match_serial():

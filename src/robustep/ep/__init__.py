@@ -2,6 +2,7 @@
 
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
+from robustep.ep.multiclass import MulticlassEPResult, nested_ep
 from robustep.ep.state import EPResult
 from robustep.ep.updates import moment_matching_update
 
@@ -11,4 +12,6 @@ __all__ = [
     "expectation_propagation",
     "log_Z_gradient",
     "moment_matching_update",
+    "MulticlassEPResult",
+    "nested_ep",
 ]

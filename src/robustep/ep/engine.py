@@ -20,6 +20,7 @@ and docs/derivations/double_loop.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import warnings
 
@@ -65,11 +66,17 @@ class _Evaluation:
     def marg_shift(self):
         return self.post.mean / self.post.var
 
-    @property
+    @functools.cached_property
     def residual(self) -> float:
-        v = self.valid
-        return max_abs(
-            self.proposal_precision[v] - self.precision[v], self.proposal_shift[v] - self.shift[v]
+        # the proposal equals the current site where the cavity is invalid, so the
+        # largest change over all sites is the largest over the valid ones
+        if not self.precision.size:
+            return 0.0
+        return float(
+            max(
+                np.max(np.abs(self.proposal_precision - self.precision)),
+                np.max(np.abs(self.proposal_shift - self.shift)),
+            )
         )
 
 
@@ -85,26 +92,41 @@ def _evaluate(ctx, precision, shift, ref=None, post=None):
     cav_precision = ref_precision - eta * precision
     cav_shift = ref_shift - eta * shift
     valid = cav_precision > get_config().min_cavity_precision * ref_precision
-    log_Z = np.full(precision.shape, np.nan)
-    prop_precision = precision.copy()
-    prop_shift = shift.copy()
-    info = {}
-    if np.any(valid):
-        cav_var = 1.0 / cav_precision[valid]
-        cav_mean = cav_shift[valid] * cav_var
-        p, s, lz, inf = ctx.rule(
-            ctx.likelihood, ctx.y[valid], cav_mean, cav_var, precision[valid], shift[valid], eta
+    all_valid = bool(valid.all())
+    if all_valid:  # the usual case: no masking, no copies
+        cav_var = 1.0 / cav_precision
+        prop_precision, prop_shift, log_Z, info = ctx.rule(
+            ctx.likelihood, ctx.y, cav_shift * cav_var, cav_var, precision, shift, eta
         )
-        prop_precision[valid] = p
-        prop_shift[valid] = s
-        log_Z[valid] = lz
-        for key, value in inf.items():
-            full = np.zeros(precision.shape, dtype=np.asarray(value).dtype)
-            full[valid] = value
-            info[key] = full
-    ok = bool(np.all(valid)) and np.all(np.isfinite(log_Z))
-    if not (np.all(np.isfinite(prop_precision)) and np.all(np.isfinite(prop_shift))):
+        prop_precision = np.asarray(prop_precision, dtype=float)
+        prop_shift = np.asarray(prop_shift, dtype=float)
+        log_Z = np.asarray(log_Z, dtype=float)
+        info = {key: np.asarray(value) for key, value in info.items()}
+    else:
+        log_Z = np.full(precision.shape, np.nan)
+        prop_precision = precision.copy()
+        prop_shift = shift.copy()
+        info = {}
+        if np.any(valid):
+            cav_var = 1.0 / cav_precision[valid]
+            cav_mean = cav_shift[valid] * cav_var
+            p, s, lz, inf = ctx.rule(
+                ctx.likelihood, ctx.y[valid], cav_mean, cav_var, precision[valid], shift[valid],
+                eta,
+            )  # fmt: skip
+            prop_precision[valid] = p
+            prop_shift[valid] = s
+            log_Z[valid] = lz
+            for key, value in inf.items():
+                full = np.zeros(precision.shape, dtype=np.asarray(value).dtype)
+                full[valid] = value
+                info[key] = full
+    ok = all_valid and bool(np.isfinite(log_Z.sum()))
+    bad = None
+    if not np.isfinite(prop_precision.sum() + prop_shift.sum()):  # one reduction, usually
         bad = ~(np.isfinite(prop_precision) & np.isfinite(prop_shift))
+    if bad is not None and bad.any():
+        prop_precision, prop_shift = prop_precision.copy(), prop_shift.copy()
         prop_precision[bad] = precision[bad]
         prop_shift[bad] = shift[bad]
         valid = valid & ~bad
@@ -138,10 +160,13 @@ class _Context:
             "log_Z": [],
             "step": [],
             "phase": [],
+            "mean_sweeps": [],
         }
     )
     n_iter: int = 0
     stopped_by_callback: bool = False
+    mean_sweeps: int = 0  # O(n^2) mean sweeps after each robust parallel sweep (_mean_sweeps)
+    pending_mean_sweeps: int = 0  # mean sweeps made since the last recorded sweep
 
     def record(self, phase, ev, change, step, residual=None):
         """Append one sweep to the history; return True if the callback asks to stop."""
@@ -152,6 +177,8 @@ class _Context:
         h["log_Z"].append(float(ev.objective))
         h["step"].append(float(step))
         h["phase"].append(phase)
+        h["mean_sweeps"].append(self.pending_mean_sweeps)
+        self.pending_mean_sweeps = 0
         self.n_iter += 1
         if self.callback is not None:
             stop = self.callback(
@@ -212,6 +239,69 @@ def _parallel_step(ctx, ev, step, robust):
     return None, 0.0, 0.0, True
 
 
+# mean sweeps stop once the mean-sweep step is below this fraction of the largest proposed
+# change of a site precision (benchmarks/engine.py; docs/derivations/engine_floor.md)
+_MEAN_SWEEP_FRACTION = 0.3
+
+
+def _mean_step(ev, eta):
+    """Mean-sweep step of the site shifts (n,) (zero at invalid sites), eq. M1 of
+    docs/derivations/engine_floor.md: (m^_i - mu_i) / (eta sigma_i^2)."""
+    # tilted mean from the cavity and the proposed site (moment matching, eq. 15)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m_hat = (ev.cav_shift + eta * ev.proposal_shift) / (
+            ev.cav_precision + eta * ev.proposal_precision
+        )
+        step = (m_hat - ev.post.mean) * (ev.ref_precision / eta)
+    return step if ev.valid.all() else np.where(ev.valid, step, 0.0)
+
+
+def _mean_sweeps(ctx, ev, max_sweeps):
+    """Mean sweeps: update the site shifts only, at fixed site precisions, in O(n^2) each.
+
+    Sigma, the marginal variances and the cavity precisions depend on the site precisions
+    only, so they stay fixed and every cavity stays valid.  Each sweep sets every site
+    shift so that q's marginal mean equals the tilted mean at the current cavity, with
+    q's marginal precision kept (docs/derivations/engine_floor.md, eq. M1):
+
+        nu~_i <- (m^_i / sigma_i^2 - nu_-i) / eta,
+
+    and rebuilds the mean from the existing factorisation
+    (``SitePosterior.with_site_shift``).  An EP fixed point is a fixed point of this
+    map, so the engine's fixed points do not change.  A sweep is kept only while the
+    mean mismatch max_i |m^_i - mu_i| / (eta sigma_i^2) shrinks; the sweeps stop at
+    ``max_sweeps``, when the run has converged, or at the first sweep that does not help.
+    Returns (evaluation, number of sweeps kept).
+    """
+    with_shift = getattr(ev.post, "with_site_shift", None)
+    if with_shift is None or not ev.ref_is_q:
+        return ev, 0
+    eta = ctx.power
+    kept = 0
+    step = _mean_step(ev, eta)
+    size = max_abs(step)
+    for _ in range(max_sweeps):
+        if _stop_status(ctx, ev) == "converged":
+            break
+        # enough: the means are consistent compared with what the precisions still lack
+        if size < _MEAN_SWEEP_FRACTION * max_abs(ev.proposal_precision - ev.precision):
+            break
+        shift = ev.shift + step  # eq. M1
+        if not np.all(np.isfinite(shift)):
+            break
+        try:
+            trial = _evaluate(ctx, ev.precision, shift, post=with_shift(shift))
+        except InvalidSiteConfiguration:
+            break
+        trial_step = _mean_step(trial, eta)
+        trial_size = max_abs(trial_step)
+        if not (np.all(trial.valid >= ev.valid) and trial_size < size):
+            break
+        ev, step, size, kept = trial, trial_step, trial_size, kept + 1
+    ctx.pending_mean_sweeps += kept
+    return ev, kept
+
+
 def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, step=None):
     """Parallel sweeps until convergence, ``max_sweeps``, or (with ``patience``) stalling.
 
@@ -229,6 +319,10 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
         new_ev, change, used, _ = _parallel_step(ctx, ev, step, robust)
         if new_ev is None:
             return ev, "stalled"
+        if robust and ctx.mean_sweeps:
+            new_ev, kept = _mean_sweeps(ctx, new_ev, ctx.mean_sweeps)
+            if kept:
+                change = max_abs(new_ev.precision - ev.precision, new_ev.shift - ev.shift)
         ev = new_ev
         if ctx.record("parallel", ev, change, used):
             return ev, "callback"
@@ -571,6 +665,19 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
     return prior, y
 
 
+def _check_mean_sweeps(mean_sweeps, site_update):
+    if isinstance(mean_sweeps, str) and mean_sweeps == "auto":
+        return 3 if site_update is None else 0
+    if not (isinstance(mean_sweeps, numbers.Integral) and mean_sweeps >= 0):
+        raise ValueError(f'mean_sweeps must be "auto" or an integer >= 0, got {mean_sweeps!r}')
+    if mean_sweeps and site_update is not None:
+        raise ValueError(
+            "mean_sweeps need the moment-matching update; pass mean_sweeps=0 with a custom "
+            "site_update"
+        )
+    return int(mean_sweeps)
+
+
 def _initial_sites(init, n):
     if init is None:
         return np.zeros(n), np.zeros(n)
@@ -601,6 +708,7 @@ def expectation_propagation(
     n_parallel_init=10,
     double_loop=None,
     max_inner=2,
+    mean_sweeps="auto",
 ):
     """Expectation propagation for p(f) = N(0, K) and sites p(y_i | f_i).
 
@@ -609,6 +717,9 @@ def expectation_propagation(
     K : (n, n) prior covariance (not modified; checked to be symmetric positive
         semi-definite), or a :class:`robustep.posterior.GaussianPrior` (e.g.
         ``DensePrior(K, check=False)`` to skip the O(n^3) check, or a low-rank prior).
+        K may be an array of another array-API library (a torch tensor on a GPU, CuPy):
+        the factorisations then run there and the result's (n,) arrays are of that kind
+        (:class:`robustep.posterior.ArrayPrior`; y stays a host array).
     y : (n,) targets, validated by ``likelihood.validate_targets``.
     likelihood : a :class:`robustep.likelihoods.Likelihood`.
     schedule : "parallel" (all sites from fixed marginals, one factorisation per
@@ -646,6 +757,15 @@ def expectation_propagation(
         consistency (modification 3).  On four seeds of example 2, 2 converged fastest
         where it converged (3 of 4 seeds); only 10 converged on all four, more slowly
         (``python benchmarks/double_loop.py``, docs/benchmarks.md).
+    mean_sweeps : "auto" or int >= 0.  After each robust parallel sweep, up to this many
+        O(n^2) sweeps that move only the site shifts, at fixed site precisions, towards
+        mean consistency (q's marginal means equal the tilted means), reusing the sweep's
+        factorisation; each is kept only while it shrinks the shifts' EP residual.  The
+        fixed points are EP's; they cut the O(n^3) sweeps about in half for probit
+        (docs/derivations/engine_floor.md).  "auto": 3 with moment matching
+        (``site_update=None``), 0 with a custom update rule.  They run with ``robust=True``
+        only (``robust=False`` is plain parallel EP) and are not counted in ``n_iter``;
+        ``history["mean_sweeps"]`` has the number kept after each sweep.
 
     Returns
     -------
@@ -656,6 +776,7 @@ def expectation_propagation(
     rule = moment_matching_update if site_update is None else site_update
     ctx = _Context(prior, y, likelihood, rule, float(power), float(damping), float(tol),
                    int(max_iter), callback)  # fmt: skip
+    ctx.mean_sweeps = _check_mean_sweeps(mean_sweeps, site_update)
     precision, shift = _initial_sites(init, n)
     try:
         ev = _evaluate(ctx, precision, shift)
@@ -684,7 +805,10 @@ def expectation_propagation(
             ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=5)
         else:
             ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=max_iter)
-    return _finish(ctx, ev, status)
+    result = _finish(ctx, ev, status)
+    # array backends: K given as a torch / CuPy / ... array -> results of that kind
+    convert = getattr(ctx.prior, "convert_result", None)
+    return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
 
 
 def _finish(ctx, ev, status):

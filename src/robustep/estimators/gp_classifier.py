@@ -32,10 +32,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
+from robustep.estimators import _device
 
 __all__ = ["GPClassifier"]
 
-_METHODS = ("ep", "damped", "power", "rep", "laplace")
+_METHODS = ("auto", "ep", "damped", "power", "rep", "laplace")
 
 
 def _validate(estimator, X, y="no_validation", reset=True):
@@ -43,6 +44,20 @@ def _validate(estimator, X, y="no_validation", reset=True):
     if _validate_data is not None:
         return _validate_data(estimator, X, y, **kwargs)
     return estimator._validate_data(X, y, **kwargs)  # pragma: no cover
+
+
+def _two_integer_labels(y):
+    """``(classes_, y_pm)`` when y (n,) is a numeric array with exactly two integer values
+    (what ``binary_labels`` returns for such targets, without scikit-learn's
+    ``type_of_target``, about a millisecond per call); None otherwise (full validation)."""
+    if not (isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype.kind in "biuf"):
+        return None
+    classes = np.unique(y)
+    if classes.size != 2:
+        return None
+    if y.dtype.kind == "f" and not (np.all(np.isfinite(classes)) and np.all(classes % 1 == 0)):
+        return None  # non-integer floats are continuous targets: binary_labels says so
+    return classes, np.where(y == classes[1], 1.0, -1.0)
 
 
 def _ep_kernel_gradient(post, K_gradient):
@@ -77,8 +92,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Φ(y f), or the noisy step ε + (1 - 2ε) Θ(y f) (Qi & Guo eq. 8).
     label_noise : float in [0, 0.5)
         ε of the step likelihood (must be 0 for "probit").
-    method : {"ep", "damped", "power", "rep", "laplace"}
-        "ep": EP; "damped": EP with damping ``damping`` (weight on the old site) or,
+    method : {"auto", "ep", "damped", "power", "rep", "laplace"}, default "auto"
+        "auto": EP found by the chain of :mod:`robustep.estimators._auto` (parallel EP,
+        then damped EP with adaptive damping, then the double loop, stopping at the first
+        that converges; ``method_used_`` says which; a ConvergenceWarning only if all
+        fail, naming what was tried).  Same approximation as "ep", whose fixed point it
+        finds more often (docs/reliability.md, "method='auto'").
+        "ep": EP (robust parallel EP with the double-loop fallback of the engine,
+        exactly as before "auto" was the default); "damped": EP with damping
+        ``damping`` (weight on the old site) or,
         with ``damping="adaptive"``, restarts in blocks of 50 sweeps that move the
         damping halfway to 1 whenever the largest site change did not shrink during
         a block; "power": power EP with u = ``power`` (long version Appendix C);
@@ -103,12 +125,50 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Extra optimiser starts drawn log-uniformly within the kernel's bounds.
     random_state : int, RandomState or None
         Seeds the optimiser restarts.
+    device : None or str
+        None: numpy on the CPU.  A PyTorch device ("cpu", "cuda", "cuda:1"): the kernel
+        matrix, the EP posterior factorisations and the evidence gradient run there
+        (EP methods, dense model; needs ``pip install robustep[torch]``); predictions
+        return numpy.  More than two classes: one-vs-rest uses the device, the
+        multinomial core runs in numpy.  See docs/architecture.md, "Array backends".
+    dtype : {"float64", "float32"}
+        Floating-point type on ``device`` (ignored with ``device=None``).
+    inducing_points : None, int or array of shape (m, n_features)
+        None: the dense model.  An int m: a sparse FITC model (docs/derivations/sparse.md)
+        with m inducing inputs at k-means centres of X (``MiniBatchKMeans`` seeded by
+        ``random_state``); an array: those inducing inputs.  O(n m^2) per EP sweep, no
+        n x n array; methods "auto", "ep", "damped", "power", "rep", parallel schedule
+        only, binary labels.  ``fit`` also accepts ``dask.array`` X (and y) chunked by rows
+        (posterior/_dask.py).
+    optimize_inducing : bool
+        With an ``optimizer`` and ``inducing_points``, optimise the inducing inputs jointly
+        with the kernel hyperparameters (analytic gradient); False keeps them fixed.
+    multi_class : {"auto", "multinomial", "one_vs_rest"}
+        Used only when y has more than two classes (two classes: the binary model above,
+        whatever this says).  "multinomial": one latent GP per class (sharing ``kernel``)
+        with the multinomial probit likelihood and nested EP (Riihimäki, Jylänki & Vehtari
+        2013; estimators/_multiclass.py), for likelihood="probit", methods "auto" and
+        "ep" (nested EP with adaptive damping) or "damped" (``damping``), the parallel
+        schedule and the dense model (numpy, whatever ``device``); "one_vs_rest": one
+        binary GPClassifier per class, probabilities normalised over the classes (as
+        scikit-learn's); "auto": "multinomial" where those settings allow it, else
+        "one_vs_rest".  Fitted: ``multi_class_``, and ``estimators_`` for one-vs-rest.
 
     Attributes
     ----------
     kernel_, classes_ (2,), X_train_ (n, d), converged_, n_iter_,
     log_marginal_likelihood_value_, site_precision_ (n,), site_shift_ (n,),
-    relaxation_b_ (n,) (REP only; zero where REP did not relax), n_features_in_.
+    relaxation_b_ (n,) (REP only; zero where REP did not relax), n_features_in_,
+    method_used_ ("ep", "damped" or "double_loop" for ``method="auto"``, else ``method``),
+    inducing_points_ ((m, d) fitted inducing inputs, or None for the dense model; with Dask
+    inputs ``X_train_`` is the Dask array).
+
+    Leave-one-out diagnostics (EP methods "auto", "ep", "damped", "power", "rep"; binary,
+    dense or ``inducing_points``; :mod:`robustep.diagnostics`): ``loo_log_predictive_`` (n,) log p(y_i | y_-i)
+    from the cavities q / t~_i (Opper & Winther 2000; Vehtari et al. 2016), its mean
+    :meth:`loo_score`, and ``outlier_scores_`` (n,) = -loo_log_predictive_ (the LOO
+    surprise of the observed label: log 2 = 0.69 is a coin flip, 3.0 is a LOO probability
+    of 0.05).  Not set for "laplace" (``loo_score`` raises).
 
     Notes
     -----
@@ -138,6 +198,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "optimizer": [StrOptions({"fmin_l_bfgs_b"}), None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "multi_class": [StrOptions({"auto", "multinomial", "one_vs_rest"})],
+        "device": [str, None],
+        "dtype": [StrOptions({"float64", "float32"})],
+        "inducing_points": [None, numbers.Integral, "array-like"],
+        "optimize_inducing": ["boolean"],
     }
 
     def __init__(
@@ -146,7 +211,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         *,
         likelihood="probit",
         label_noise=0.0,
-        method="ep",
+        method="auto",
         damping=0.5,
         power=0.8,
         relaxation=10.0,
@@ -156,6 +221,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         random_state=None,
+        multi_class="auto",
+        device=None,
+        dtype="float64",
+        inducing_points=None,
+        optimize_inducing=True,
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -170,15 +240,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
+        self.multi_class = multi_class
+        self.device = device
+        self.dtype = dtype
+        self.inducing_points = inducing_points
+        self.optimize_inducing = optimize_inducing
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = True  # > 2 classes: estimators/_multiclass.py
         return tags
-
-    def _more_tags(self):  # pragma: no cover - scikit-learn < 1.6
-        return {"binary_only": True}
 
     # ------------------------------------------------------------- inference
     def _make_likelihood(self):
@@ -204,7 +276,22 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return laplace_logconcave(K, y, lik, max_iter=max(self.max_iter, 1), init_alpha=init)
         from robustep.ep import expectation_propagation
 
+        if isinstance(K, np.ndarray):
+            # K comes from a scikit-learn kernel, symmetric positive semi-definite by
+            # construction: skip the engine's O(n^3) check of K (one Cholesky per call);
+            # keep the O(n^2) finiteness test (a kernel can overflow)
+            from robustep.posterior import DensePrior
+
+            if not np.isfinite(K).all():
+                raise ValueError(
+                    "K contains NaN or inf; check the kernel and its hyperparameters"
+                )
+            K = DensePrior(K, check=False)
         kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
+        if self.method == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
+            from robustep.estimators._auto import auto_expectation_propagation
+
+            return auto_expectation_propagation(K, y, lik, **kwargs)
         if self.method == "ep":
             return expectation_propagation(K, y, lik, **kwargs)
         if self.method == "power":
@@ -260,7 +347,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         kernel = self.kernel_.clone_with_theta(theta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            if eval_gradient:
+            # a warm start that is invalid for the new hyperparameters restarts from the
+            # prior: an internal detail of the optimisation, not a problem of the user's
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            if self.device is not None:  # K (and dK) on the device (estimators/_device.py)
+                K, K_gradient = _device.prior(kernel, self.X_train_, self._like, eval_gradient)
+            elif eval_gradient:
                 K, K_gradient = kernel(self.X_train_, eval_gradient=True)
             else:
                 K = kernel(self.X_train_)
@@ -302,6 +394,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 res, K_gradient, self._likelihood_obj, self._y_pm
             )
             return grad
+        if self.device is not None:
+            return _device.ep_gradient(res, K_gradient)
         post = getattr(res, "posterior", None)
         if getattr(post, "_all_positive", False) and not self._likelihood_obj.hyperparameter_names:
             return _ep_kernel_gradient(post, K_gradient)
@@ -320,14 +414,36 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._validate_params()
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
-        X, y = _validate(self, X, y, reset=True)
-        self.classes_, self._y_pm = binary_labels(y, type(self).__name__)
+        from robustep.estimators import _sparse
+
+        if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
+            X, y = _sparse.validate_dask(self, X, y, classifier=True)
+        else:
+            X, y = _validate(self, X, y, reset=True)
+        if self.device is not None:  # binary, dense EP only (estimators/_device.py)
+            self._like = _device.check_fit(self, y)
+        from robustep.estimators import _multiclass
+
+        self._mc = None  # > 2 classes: the multinomial / one-vs-rest core
+        labels = _two_integer_labels(y)  # two integer labels: binary (no type_of_target)
+        if labels is None and _multiclass.n_distinct_classes(y) > 2:
+            if self.inducing_points is not None:
+                raise ValueError("inducing_points (the sparse model) is binary only; pass two "
+                                 "labels, or inducing_points=None for several classes")  # fmt: skip
+            return _multiclass.fit_multiclass(self, X, y)
+        _multiclass.forget_multiclass(self)
+        if labels is None:
+            labels = binary_labels(y, type(self).__name__)
+        self.classes_, self._y_pm = labels
         self._likelihood_obj = self._make_likelihood()
-        self.X_train_ = np.asarray(X, dtype=float)
+        self.X_train_ = X if _sparse.is_dask_input(X) else np.asarray(X, dtype=float)
         if self.kernel is None:
             self.kernel_ = ConstantKernel(1.0) * RBF(1.0)
         else:
             self.kernel_ = clone(self.kernel)
+        if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
+            return _sparse.fit_classifier(self)
+        self.inducing_points_ = None
 
         from robustep._config import blas_thread_limit
 
@@ -350,7 +466,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             self.relaxation_b_ = np.asarray(
                 info.get("b", np.zeros(self.X_train_.shape[0])), dtype=float
             ).copy()
-        if not self.converged_:
+        self.method_used_ = getattr(res, "method_used", self.method)
+        from robustep import diagnostics
+
+        diagnostics.set_classifier_loo(self, res, self._likelihood_obj, self._y_pm)
+        if not self.converged_ and self.method == "auto":
+            warnings.warn(res.message, ConvergenceWarning, stacklevel=2)
+        elif not self.converged_:
             others = [f"method={m!r}" for m in ("damped", "power") if m != self.method]
             warnings.warn(
                 f"{self.method} inference did not converge ({self.n_iter_} iterations, "
@@ -374,7 +496,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         _, theta, res, K = self._best_eval
         self._best_eval = self._warm_start = None  # do not keep the optimiser's state
         if res is None or not np.allclose(theta, self.kernel_.theta, rtol=0.0, atol=1e-12):
-            K = self.kernel_(self.X_train_)
+            if self.device is None:
+                K = self.kernel_(self.X_train_)
+            else:
+                K = _device.prior(self.kernel_, self.X_train_, self._like)[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = self._infer(K)
@@ -387,7 +512,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return res
         from robustep.ep import expectation_propagation
 
-        n = K.shape[0]
+        n = self.X_train_.shape[0]
         prior = expectation_propagation(
             K,
             self._y_pm,
@@ -444,15 +569,43 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError("gradient can only be evaluated for theta != None")
             return self.log_marginal_likelihood_value_
         theta = np.asarray(theta, dtype=float)
+        if getattr(self, "_mc", None) is not None:  # > 2 classes
+            return self._mc.log_marginal_likelihood(self, theta, eval_gradient)
+        if getattr(self, "inducing_points_", None) is not None:  # sparse: Z held fixed
+            from robustep.estimators import _sparse
+
+            return _sparse.classifier_log_marginal_likelihood(self, theta, eval_gradient)
         return self._evidence_and_gradient(theta, eval_gradient)
 
+    def loo_score(self):
+        """Mean leave-one-out log predictive density, mean_i log p(y_i | y_-i) (EP methods)."""
+        from robustep import diagnostics
+
+        methods = "the EP methods ('auto', 'ep', 'damped', 'power', 'rep')"
+        return diagnostics.loo_score(self, methods)
+
     def predict_latent(self, X, return_std=False):
-        """Mean (m,) and, with ``return_std``, std (m,) of the latent f at X (m, d)."""
+        """Mean (m,) and, with ``return_std``, std (m,) of the latent f at X (m, d).
+
+        With more than two classes: (m, c), one column per class (multinomial: the c latent
+        GPs; one-vs-rest: each binary classifier's latent).
+        """
+        if getattr(self, "_mc", None) is not None:
+            return self._mc.predict_latent(self, X, return_std)
         check_is_fitted(self)
         X = _validate(self, X, reset=False)
-        K_cross = self.kernel_(X, self.X_train_)
         k_diag = self.kernel_.diag(X)
-        mean, var = self._result.predict(K_cross, k_diag)
+        if self.device is not None:
+            mean, var = _device.predict_latent(
+                self.kernel_, X, self.X_train_, self._result, self._like
+            )
+        elif getattr(self, "inducing_points_", None) is not None:  # sparse: row batches
+            from robustep.estimators import _sparse
+
+            mean, var = _sparse.latent_moments(self._result, self.kernel_, self.inducing_points_, X)
+        else:
+            K_cross = self.kernel_(X, self.X_train_)
+            mean, var = self._result.predict(K_cross, k_diag)
         mean = np.nan_to_num(np.asarray(mean, dtype=float), nan=0.0)
         if not return_std:
             return mean
@@ -464,8 +617,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """Standardised latent score z (m,): predict_proba = Φ(z) (probit) or ε + (1-2ε)Φ(z) (step).
 
         z = μ*/√(1 + σ*²) for probit and μ*/σ* for the step likelihood; z > 0 means
-        ``classes_[1]``.
+        ``classes_[1]``.  With more than two classes: scores (m, c) whose argmax is
+        ``predict`` (multinomial: log predictive probabilities; one-vs-rest: each binary z).
         """
+        if getattr(self, "_mc", None) is not None:
+            return self._mc.decision_function(self, X)
         mean, std = self.predict_latent(X, return_std=True)
         if self.likelihood == "probit":
             return mean / np.sqrt(1.0 + std**2)
@@ -473,7 +629,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return np.where(std > tiny, mean / np.maximum(std, tiny), np.sign(mean) * 1e300)
 
     def predict_proba(self, X):
-        """Class probabilities (m, 2), columns ordered as ``classes_``."""
+        """Class probabilities (m, 2), columns ordered as ``classes_``.
+
+        With c > 2 classes: (m, c), rows summing to 1 (multinomial: the multinomial probit
+        integrated over the latent predictive; one-vs-rest: normalised binary probabilities).
+        """
+        if getattr(self, "_mc", None) is not None:
+            return self._mc.predict_proba(self, X)
         z = self.decision_function(X)
         eps = 0.0 if self.likelihood == "probit" else float(self.label_noise)
         p1 = eps + (1.0 - 2.0 * eps) * special.ndtr(z)
@@ -481,5 +643,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Predicted labels (m,) in the original label set."""
+        if getattr(self, "_mc", None) is not None:
+            return self.classes_[np.argmax(self._mc.predict_proba(self, X), axis=1)]
         z = self.decision_function(X)
         return self.classes_[(z > 0).astype(int)]

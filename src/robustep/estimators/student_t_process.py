@@ -106,7 +106,14 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
     evidence optimiser could not move from its start), n_iter_ (sweeps of the final EP
     run, all attempts), log_marginal_likelihood_value_, n_features_in_,
     optimizer_stuck_ (the optimiser stayed at its start after rejecting points where EP
-    did not converge), n_rejected_evaluations_.
+    did not converge), n_rejected_evaluations_,
+    loo_log_predictive_ (n,) log p(y_i | y_-i) from t-EP's cavities (the t-cavity
+    q ⊘_t t~_i is t-EP's posterior without site i; :mod:`robustep.diagnostics`), its mean
+    :meth:`loo_score`, outlier_scores_ (n,) = -loo_log_predictive_ (LOO surprise of the
+    observed label).
+
+    There is no ``method="auto"``: t-EP has no double loop, and ``fit`` already chains
+    its fallbacks (warm start, zero sites, heavier damping; see above).
     """
 
     _parameter_constraints = {
@@ -365,7 +372,22 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
                     K, y_pm, tau, nu, self._df(), float(self.label_noise), post=post
                 )
             )
+        from robustep import diagnostics  # LOO from the t-cavities (diagnostics.py)
+
+        diagnostics.set_process_classifier_loo(
+            self, post, tau, nu, y_pm, self._df(), float(self.label_noise)
+        )
         return self
+
+    def loo_score(self):
+        """Mean leave-one-out log predictive probability of the training labels.
+
+        mean_i log p(y_i | y_-i) from t-EP's cavities (``loo_log_predictive_``, see
+        :func:`robustep.diagnostics.process_classifier_loo`).
+        """
+        from robustep import diagnostics
+
+        return diagnostics.loo_score(self, "t-EP")
 
     def latent_predictive(self, X):
         """Predictive Student-t of f at X: (location (m,), scale^2 (m,)); dof = df."""

@@ -2,6 +2,8 @@
 
 ``StudentTGPRegressor`` is a thin scikit-learn shell over the inference engines:
 
+* ``"auto"`` (default): EP's fixed point found by parallel EP, then damped EP, then the
+  double loop (:mod:`robustep.estimators._auto`);
 * ``"ep"``: robust parallel EP with double-loop fallback (§4), :mod:`robustep.ep`;
 * ``"fractional"``: fractional (power) EP with eta = ``power`` (§3.7, eqs. 14–15);
 * ``"laplace"``: Laplace approximation (§3.2), :mod:`robustep.baselines.laplace`;
@@ -44,12 +46,15 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
+from robustep.estimators._kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.quadrature import gauss_legendre
 
 __all__ = ["StudentTGPRegressor", "default_df_grid", "student_t_gaussian_quantiles"]
 
-_METHODS = ("ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian")
+_METHODS = ("auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian")
+#: methods whose fit sets the leave-one-out attributes (robustep.diagnostics)
+_LOO_METHODS = ("auto", "ep", "fractional", "gaussian")
 _DF_BOUNDS = (1.05, 1000.0)
 _SCALE_BOUNDS = (1e-2, 1e2)
 _PENALTY = 1e25
@@ -59,6 +64,9 @@ _PENALTY = 1e25
 # and 1 of tgp-benchmark (docs/benchmarks.md, "tgp-benchmark --full").  The final fit
 # at the optimum always runs at 1e-4.
 _SEARCH_TOL = 1e-2
+# EP sweeps at most per evaluation inside the hyperparameter search (a run that needs more
+# counts as a failed evaluation); the final fit allows 1000.
+_SEARCH_MAX_ITER = 100
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -224,7 +232,18 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
     scale : float > 0
         Student-t scale sigma (initial value; standardised-target units if ``normalize_y``).
         For ``method="gaussian"`` the noise standard deviation.
-    method : {"ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
+    method : {"auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
+        The approximation (§3).  "auto" (default) is the same approximation as "ep" —
+        EP's fixed point, the paper's EP1/EP2 — found by the chain of
+        :mod:`robustep.estimators._auto` (parallel EP, then damped EP with adaptive
+        damping, then the double loop with 10 inner iterations; ``method_used_`` says
+        which converged).  The method names the *approximation* and "auto" does not
+        change it, so it can be the default: on the hard grid of
+        ``benchmarks/auto_grid.py`` (nu = 1.5, near-duplicate inputs, large signal
+        variance) "ep" — exactly the paper's §4 algorithm, kept for reproductions —
+        stalls where "auto" converges (docs/reliability.md, "method='auto'").  A
+        ConvergenceWarning is raised only when every stage failed, naming them.
+        "fractional" (power EP) and the non-EP approximations have no "auto" variant.
     power : float in (0, 1]
         Fractional EP power eta, used by ``method="fractional"``.
     optimize_df : bool
@@ -244,11 +263,25 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         Standardise targets to zero mean and unit variance before fitting.
     n_samples : int
         MCMC draws kept (``method="mcmc"``).
+    mcmc_hyper_every : int
+        ``method="mcmc"``: slice-sample the kernel hyperparameters every this many Gibbs
+        sweeps (f, the scale mixture, sigma and nu every sweep); 1 = every sweep.
+        ``mcmc_diagnostics_`` gives R-hat and the effective sample size to check mixing.
     random_state : int, RandomState or None
+    inducing_points : None, int or array of shape (m, n_features)
+        None: the dense model.  An int m: a sparse FITC model (docs/derivations/sparse.md)
+        with m inducing inputs at k-means centres of X (``MiniBatchKMeans`` seeded by
+        ``random_state``); an array: those inducing inputs.  O(n m^2) per EP sweep, no
+        n x n array; methods "auto", "ep" and "fractional" (no ``df_grid``).  ``fit`` also
+        accepts ``dask.array`` X (and y) chunked by rows (posterior/_dask.py).
+    optimize_inducing : bool
+        With an ``optimizer`` and ``inducing_points``, optimise the inducing inputs jointly
+        with the hyperparameters (analytic gradient); False keeps them fixed.
 
     Attributes
     ----------
     kernel_, df_, scale_ : fitted hyperparameters.
+    inducing_points_ : (m, n_features) fitted inducing inputs, or None (dense model).
     converged_, n_iter_ : whether the final inference converged, and its iterations.
     log_marginal_likelihood_value_ : approximate log p(y | hyperparameters) of the
         standardised targets (a lower bound for "vb"/"fvb"; NaN-free; None for "mcmc").
@@ -262,6 +295,19 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         hyperparameters that ended on a bound (a ConvergenceWarning is raised then,
         as scikit-learn's GaussianProcessRegressor does); empty otherwise.
     mcmc_diagnostics_ : dict with R-hat and ESS (``method="mcmc"``).
+    method_used_ : for "auto" the stage that converged ("ep", "damped", "double_loop");
+        else ``method``.
+    loo_log_predictive_, loo_mean_, loo_std_, loo_interval_, outlier_scores_ :
+        leave-one-out diagnostics from the cavities q / t~_i (:mod:`robustep.diagnostics`;
+        Opper & Winther 2000, Vehtari et al. 2016), methods "auto", "ep", "fractional"
+        (the full-site cavity for any power) and "gaussian" (exact LOO, Rasmussen &
+        Williams eq. 5.12), in target units: (n,) log p(y_i | y_-i); the mean and
+        standard deviation of the LOO predictive of y_i including the Student-t noise
+        (``inf`` for nu <= 2, where the noise has no variance); its central 95% interval
+        ((n,), (n,)); the standardised LOO residuals Phi^-1(F_-i(y_i)) (N(0, 1) under the
+        model; large |value| = outlier; see also ``negative_precision_``).  EP3 mixes the
+        grid with the LOO weights w_j / p_j(y_i | y_-i).  Not set for "laplace", "vb",
+        "fvb" and "mcmc" (:meth:`loo_score` raises).
     """
 
     _parameter_constraints: dict = {
@@ -276,7 +322,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "normalize_y": ["boolean"],
         "n_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "mcmc_hyper_every": [Interval(numbers.Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
+        "inducing_points": [None, numbers.Integral, "array-like"],
+        "optimize_inducing": ["boolean"],
     }
 
     def __init__(
@@ -285,7 +334,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         *,
         df=4.0,
         scale=0.5,
-        method="ep",
+        method="auto",
         power=0.5,
         optimize_df=False,
         df_grid=None,
@@ -293,7 +342,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         n_restarts_optimizer=0,
         normalize_y=True,
         n_samples=2000,
+        mcmc_hyper_every=1,
         random_state=None,
+        inducing_points=None,
+        optimize_inducing=True,
     ):
         self.kernel = kernel
         self.df = df
@@ -306,7 +358,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
         self.n_samples = n_samples
+        self.mcmc_hyper_every = mcmc_hyper_every
         self.random_state = random_state
+        self.inducing_points = inducing_points
+        self.optimize_inducing = optimize_inducing
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -328,13 +383,28 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            if m in ("ep", "fractional"):
+            if m in ("ep", "fractional", "auto"):
                 from robustep.ep import expectation_propagation
+                from robustep.posterior import DensePrior
 
                 power = 1.0 if m == "ep" else float(self.power)
-                res = expectation_propagation(
-                    K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter, tol=tol
-                )
+                if isinstance(K, np.ndarray):
+                    # K comes from a scikit-learn kernel (symmetric PSD by construction): skip
+                    # the engine's O(n^3) PSD check, once per optimiser evaluation
+                    if not np.all(np.isfinite(K)):
+                        raise ValueError("K contains NaN or inf; check the kernel")
+                    K = DensePrior(K, check=False)
+                if m == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
+                    from robustep.estimators._auto import auto_expectation_propagation
+
+                    res = auto_expectation_propagation(
+                        K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol
+                    )
+                else:
+                    res = expectation_propagation(
+                        K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter,
+                        tol=tol,
+                    )  # fmt: skip
                 res.log_marginal_likelihood = float(res.log_Z)
                 return res
             if m == "laplace":
@@ -355,7 +425,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         """(d/dlog theta_kernel (p,), d/dlog nu, d/dlog sigma) of the approximate evidence."""
         m = self.method
         lik = _student_t(df, scale)
-        if m in ("ep", "fractional"):
+        if m in ("ep", "fractional", "auto"):
             from robustep.ep import log_Z_gradient
 
             gk, gl = log_Z_gradient(res, K_gradient, lik, self._y)
@@ -397,6 +467,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
         state = {"warm": None}
+        # K and dK/dlog theta from cached squared distances (ConstantKernel * RBF), else
+        # scikit-learn's kernel call (estimators/_kernel_gradient.py)
+        kernel_and_gradient = KernelWithGradient(kernel, X)
 
         def unpack(x):
             k = kernel.clone_with_theta(x[:p])
@@ -405,17 +478,19 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             return k, d, s
 
         def obj(x, eval_gradient=True):
-            k, d, s = unpack(x)
+            s = float(np.exp(min(x[p], 700.0)))
+            d = float(np.exp(x[p + 1])) if fit_df else df
             try:
-                K, Kg = k(X, eval_gradient=True)
+                K, Kg = kernel_and_gradient(x[:p])
                 res = self._infer(
-                    K, d, s, warm=self._warm_of(state["warm"]), max_iter=100, tol=_SEARCH_TOL
+                    K, d, s, warm=self._warm_of(state["warm"]), max_iter=_SEARCH_MAX_ITER,
+                    tol=_SEARCH_TOL,
                 )
                 val = float(res.log_marginal_likelihood)
                 # A non-converged EP evidence is not a stationary value and its explicit
                 # gradient is wrong; treat it like a failed evaluation.
                 if not np.isfinite(val) or (
-                    self.method in ("ep", "fractional") and not res.converged
+                    self.method in ("ep", "fractional", "auto") and not res.converged
                 ):
                     raise FloatingPointError
                 gk, gd, gs = self._gradient(res, Kg, d, s)
@@ -424,8 +499,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     raise FloatingPointError
             except (linalg.LinAlgError, ArithmeticError, ValueError):  # FloatingPoint, Overflow
                 # Inference failed (e.g. sigma far too small): a quadratic bowl around the
-                # best point so far lets the L-BFGS-B line search backtrack smoothly.
-                state["warm"] = None
+                # best point so far lets the L-BFGS-B line search backtrack smoothly.  The
+                # warm start stays the last successful evaluation's (the line search comes
+                # back towards it), not the cold start it was before.
                 xb, fb = state.get("best", (x, _PENALTY))
                 d = x - xb
                 val = fb + 1e3 * (1.0 + float(d @ d))
@@ -511,7 +587,12 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
             )
-        X, y = _validate(self, X, y, reset=True)
+        from robustep.estimators import _sparse
+
+        if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
+            X, y = _sparse.validate_dask(self, X, y)
+        else:
+            X, y = _validate(self, X, y, reset=True)
         y = np.asarray(y, dtype=float)
         if (
             self.method in ("mcmc", "gaussian", "fvb")
@@ -540,7 +621,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.df_grid_ = None
         self.df_weights_ = None
         self.mcmc_diagnostics_ = None
-        if self.method == "mcmc":
+        self.inducing_points_ = None
+        if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
+            _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _SEARCH_TOL)
+        elif self.method == "mcmc":
             self._fit_mcmc(kernel, rng)
         elif self.method == "fvb" and self.optimizer is not None:
             self._fit_fvb(kernel)
@@ -620,6 +704,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             n_samples=int(self.n_samples),
             sample_hyperparameters=sample_h,
             sample_df=bool(self.optimize_df) and sample_h,
+            hyper_every=int(self.mcmc_hyper_every),
             random_state=rng,
         )
         theta = res.kernel_theta.mean(axis=0)
@@ -636,6 +721,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.mcmc_diagnostics_ = {"rhat": dict(res.rhat), "ess": dict(res.ess)}
 
     def _set_attributes(self):
+        from robustep.diagnostics import clear_loo_attributes
+
+        clear_loo_attributes(self)  # set again below for the methods with LOO
+        self.method_used_ = self.method
         best = self._components[int(np.argmax(self._weights))]
         res = best["res"]
         self.hyperparameters_at_bounds_ = [(a[0], a[1]) for a in self._at_bounds]
@@ -687,7 +776,25 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         cm = np.where(ok, (res.mean * q_prec - shift) * np.where(ok, cv, 0.0), np.nan)
         self.cavity_mean_ = cm * self._y_std + self._y_mean
         self.cavity_var_ = cv * self._y_std**2
-        if not self.converged_:
+        self.method_used_ = getattr(res, "method_used", self.method)
+        if self.method in _LOO_METHODS:
+            from robustep import diagnostics
+            from robustep.likelihoods import Gaussian
+
+            diagnostics.set_regressor_loo(
+                self,
+                [
+                    (c["res"], Gaussian(c["scale"] ** 2), np.inf, c["scale"])
+                    if self.method == "gaussian"
+                    else (c["res"], _student_t(c["df"], c["scale"]), c["df"], c["scale"])
+                    for c in self._components
+                ],
+                self._weights, self._y, self._y_mean, self._y_std,
+            )  # fmt: skip
+        if not self.converged_ and self.method == "auto":
+            msgs = [c["res"].message for c in self._components if not c["res"].converged]
+            warnings.warn(f"StudentTGPRegressor: {msgs[0]}", ConvergenceWarning, stacklevel=3)
+        elif not self.converged_:
             warnings.warn(
                 f"StudentTGPRegressor(method={self.method!r}): the posterior approximation did "
                 "not converge; results may be inaccurate (try optimize_df=False, a larger "
@@ -712,6 +819,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             k = c["kernel"]
             if self.method == "mcmc":
                 m, v = c["res"].predict(X, max_draws=200)
+            elif self.inducing_points_ is not None:  # sparse: row batches
+                from robustep.estimators import _sparse
+
+                m, v = _sparse.latent_moments(c["res"], k, self.inducing_points_, X)
             else:
                 m, v = c["res"].predict(k(X, self._X), k.diag(X))
             means.append(np.asarray(m, float))
@@ -826,6 +937,16 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         a = lp + logw
         mx = np.max(a, axis=0)
         return mx + np.log(np.sum(np.exp(a - mx), axis=0)) - np.log(self._y_std)
+
+    def loo_score(self):
+        """Mean leave-one-out log predictive density of the training targets (target units).
+
+        mean_i log p(y_i | y_-i) from the cavities (see ``loo_log_predictive_``); raises
+        AttributeError for methods without it.
+        """
+        from robustep import diagnostics
+
+        return diagnostics.loo_score(self, f"method in {_LOO_METHODS}")
 
     def score(self, X, y, sample_weight=None):
         """Mean log predictive density (MLPD) of y at X (higher is better)."""

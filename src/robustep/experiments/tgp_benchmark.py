@@ -120,7 +120,10 @@ def _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples=None):
     kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(d), (1e-2, 1e3))
     kw = dict(_SPEC[name])
     if name == "MCMC":
-        kw.update(n_samples=int(n_samples or config["mcmc_samples"]))
+        kw.update(
+            n_samples=int(n_samples or config["mcmc_samples"]),
+            mcmc_hyper_every=int(config.get("mcmc_hyper_every", 1)),
+        )
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         t0 = time.process_time()
@@ -139,7 +142,17 @@ def _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples=None):
     draws = None
     if name == "MCMC":  # scalar parameters per kept draw, for R-hat over pooled chains
         m = est._mcmc
-        draws = np.column_stack([np.log(m.scale), np.log(m.df), m.kernel_theta])
+        diag = est.mcmc_diagnostics_
+        names = ["log_scale", "log_df"] + [f"kernel_theta_{j}" for j in range(m.kernel_theta.shape[1])]
+        draws = {
+            "draws": np.column_stack([np.log(m.scale), np.log(m.df), m.kernel_theta]),
+            "names": names,
+            # this chain's split R-hat and ESS per scalar parameter (and of mean f)
+            "rhat": {k: float(v) for k, v in diag["rhat"].items()},
+            "ess": {k: float(v) for k, v in diag["ess"].items()},
+            "sweeps": int(m.n_iter),
+            "hyper_every": int(config.get("mcmc_hyper_every", 1)),
+        }
     return mean, lpd, cpu, bool(est.converged_), draws, (float(est.scale_), float(est.df_))
 
 
@@ -157,8 +170,9 @@ def _mcmc_chains(config):
 
 def _pool_mcmc(parts):
     """Pool equal-length MCMC chains: mean of means, log of the mean density, and the
-    diagnostics {"rhat": max split R-hat, "ess": min ESS} over the scalar parameters
-    (log sigma, log nu, kernel log parameters); None for other methods."""
+    diagnostics {"rhat": max split R-hat, "ess": min ESS, "ess_param": the parameter with
+    that ESS, "cpu": CPU s} over the scalar parameters (log sigma, log nu, kernel log
+    parameters); None for other methods."""
     from scipy.special import logsumexp
 
     from robustep.baselines.mcmc import effective_sample_size, split_rhat
@@ -167,11 +181,17 @@ def _pool_mcmc(parts):
     if draws[0] is None:
         return means[0], lpds[0], cpus[0], convs[0], None, hyper[0]
     lpd = logsumexp(np.vstack(lpds), axis=0) - np.log(len(parts))
-    D = np.stack(draws)  # (chains, draws, parameters)
-    rhat = max(split_rhat(D[:, :, j]) for j in range(D.shape[2]))
-    ess = min(effective_sample_size(D[:, :, j]) for j in range(D.shape[2]))
+    names = draws[0]["names"] if isinstance(draws[0], dict) else None
+    # (chains, draws, parameters); units saved before the diagnostics were an array
+    D = np.stack([d["draws"] if isinstance(d, dict) else d for d in draws])
+    rhats = [split_rhat(D[:, :, j]) for j in range(D.shape[2])]
+    esss = [effective_sample_size(D[:, :, j]) for j in range(D.shape[2])]
+    rhat, ess = max(rhats), min(esss)
     hyper = tuple(float(v) for v in np.mean(hyper, axis=0))
-    diag = {"rhat": float(rhat), "ess": float(ess)}
+    diag = {"rhat": float(rhat), "ess": float(ess), "cpu": float(sum(cpus))}
+    if names is not None:
+        diag["ess_param"] = names[int(np.argmin(esss))]
+        diag["rhat_param"] = names[int(np.argmax(rhats))]
     conv = bool(rhat < 1.1 and all(convs))
     return np.mean(means, axis=0), lpd, float(sum(cpus)), conv, diag, hyper
 
@@ -211,7 +231,11 @@ def run(config: dict, seed: int) -> dict:
 
     out = {
         "datasets": {},
-        "mcmc": {"samples": n_chains * per_chain, "chains": n_chains},
+        "mcmc": {
+            "samples": n_chains * per_chain,
+            "chains": n_chains,
+            "hyper_every": int(config.get("mcmc_hyper_every", 1)),
+        },
         "splits": {ds: sum(1 for k in targets if k[0] == ds) for ds in config["datasets"]},
     }
     for ds in config["datasets"]:
@@ -233,6 +257,9 @@ def run(config: dict, seed: int) -> dict:
                 if m == "MCMC" and rhat is not None:
                     res[m].setdefault("rhat_max", []).append(rhat["rhat"])
                     res[m].setdefault("ess_min", []).append(rhat["ess"])
+                    res[m].setdefault("ess_param", []).append(rhat.get("ess_param", ""))
+                    res[m].setdefault("rhat_param", []).append(rhat.get("rhat_param", ""))
+                    res[m].setdefault("cpu_split", []).append(rhat["cpu"])
         out["datasets"][ds] = res
     return out
 
@@ -256,6 +283,29 @@ _PAPER_CPU = {
     "VB2": (1.8, 3.8),
     "MCMC": (280, 440),
 }
+
+
+def _mcmc_table(ds, r):
+    """Markdown table of MCMC's convergence per split (split R-hat, smallest ESS), or ''."""
+    if not r.get("rhat_max"):
+        return ""
+    rows = [
+        f"**{_TITLES.get(ds, ds)}: MCMC convergence per split** (scalar parameters: log "
+        "sigma, log nu, kernel log parameters; R-hat < 1.1 counts as converged)",
+        "",
+        "| split | split R-hat max (parameter) | ESS min (parameter) | CPU s |",
+        "|---|---|---|---|",
+    ]
+    n = len(r["rhat_max"])
+    rp = r.get("rhat_param", [""] * n)
+    ep = r.get("ess_param", [""] * n)
+    cpu = r.get("cpu_split", [float("nan")] * n)
+    for i in range(n):
+        rows.append(
+            f"| {i} | {r['rhat_max'][i]:.3f} ({rp[i]}) | {r['ess_min'][i]:.0f} ({ep[i]}) | "
+            f"{cpu[i]:.0f} |"
+        )
+    return "\n".join(rows)
 
 
 def bayesian_bootstrap(values, n_boot=2000, seed=0, level=0.95):
@@ -309,6 +359,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
                 f"{sum(res[m]['converged'])}/{len(res[m]['converged'])} |"
             )
         tables.append("\n".join(rows))
+        mc_rows = _mcmc_table(ds, res.get("MCMC", {}))
+        if mc_rows:
+            tables.append(mc_rows)
         if "GA" in stats:
             others = [stats[m][0] for m in methods if m != "GA"]
             st_better_than_ga.append(all(o > stats["GA"][0] for o in others))
@@ -383,7 +436,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     mc = results.get("mcmc")
     mcmc_note = (
         f"MCMC: {mc['samples']} kept draws per split in {mc['chains']} chain(s), each after a "
-        "burn-in of half its length (the paper does not give its chain lengths). "
+        "burn-in of half its length (the paper does not give its chain lengths); f, the "
+        "scale mixture, sigma and nu are drawn every Gibbs sweep and the kernel "
+        f"hyperparameters once every {mc.get('hyper_every', 1)} sweep(s). "
         if mc
         else ""
     )

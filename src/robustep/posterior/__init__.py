@@ -2,19 +2,32 @@
 
 :class:`GaussianPrior` and :class:`SitePosterior` are the interface (see
 :mod:`robustep.posterior.base`); :class:`DensePrior` / :class:`DenseSitePosterior` the
-dense implementation.  :func:`as_prior` turns an (n, n) covariance matrix into a
-:class:`DensePrior` and passes priors through.
+dense implementation; :class:`ArrayPrior` / :class:`ArraySitePosterior` the same on any
+array-API library (PyTorch, CuPy, ...; :mod:`robustep.posterior.backend`);
+:class:`FITCPrior` / :class:`FITCSitePosterior` the sparse inducing-point (FITC) prior,
+O(n m^2) (:mod:`robustep.posterior.sparse`).
+:func:`as_prior` turns an (n, n) covariance matrix into a :class:`DensePrior` (numpy) or
+an :class:`ArrayPrior` (another array library) and passes priors through.
 """
 
+from robustep._array_api import is_foreign_array
+from robustep.posterior.backend import ArrayPrior, ArraySitePosterior
 from robustep.posterior.base import GaussianPrior, SitePosterior
 from robustep.posterior.dense import DensePrior, DenseSitePosterior
+from robustep.posterior.sparse import FITCPrior, FITCSitePosterior
 
 
 def as_prior(K, *, check=True) -> GaussianPrior:
-    """Return ``K`` if it is a :class:`GaussianPrior`, else ``DensePrior(K, check=check)``."""
+    """Return ``K`` if it is a :class:`GaussianPrior`, else ``DensePrior(K, check=check)``
+    (``ArrayPrior`` for an array of another array-API library: torch, CuPy, ...)."""
     if isinstance(K, GaussianPrior):
         return K
+    if is_foreign_array(K):
+        return ArrayPrior(K, check=check)
     return DensePrior(K, check=check)
 
 
-__all__ = ["DensePrior", "DenseSitePosterior", "GaussianPrior", "SitePosterior", "as_prior"]
+__all__ = [
+    "ArrayPrior", "ArraySitePosterior", "DensePrior", "DenseSitePosterior", "FITCPrior",
+    "FITCSitePosterior", "GaussianPrior", "SitePosterior", "as_prior",
+]  # fmt: skip

@@ -135,8 +135,10 @@ class DenseSitePosterior(SitePosterior):
             B1 = w1[:, None] * K * w1[None, :]
         else:
             B1 = w1[:, None] * K[np.ix_(P, P)] * w1[None, :]
-        B1[np.diag_indices_from(B1)] += 1.0
-        if not np.any(w1):  # flat sites (EP's usual start): B1 = I, skip an O(n^3) factorisation
+        B1.flat[:: B1.shape[0] + 1] += 1.0  # + I
+        # flat sites (EP's usual start): B1 = I, skip an O(n^3) factorisation
+        self._identity = self._all_positive and not np.any(w1)
+        if self._identity:
             L1, info = B1, 0
         else:
             L1, info = lapack.dpotrf(B1, lower=1, clean=True, overwrite_a=1)
@@ -146,8 +148,9 @@ class DenseSitePosterior(SitePosterior):
                 "semi-definite or contains non-finite values"
             )
         self._L1 = L1
-        log_det = 2.0 * np.sum(np.log(np.diag(L1)))
+        log_det = 2.0 * np.log(np.diagonal(L1)).sum()
         self._L2 = None
+        self._pred = None  # S L1^-T, built by predict() on first use (all sites positive)
         if not self._all_positive:
             w2 = self._s[N]
             C = w1[:, None] * K[np.ix_(P, N)] * w2[None, :]  # W1 K_PN W2
@@ -155,7 +158,7 @@ class DenseSitePosterior(SitePosterior):
             G = scipy.linalg.solve_triangular(L1, C, lower=True, check_finite=False)  # L1^-1 C
             self._G = G
             B2 = -(w2[:, None] * K[np.ix_(N, N)] * w2[None, :]) + G.T @ G
-            B2[np.diag_indices_from(B2)] += 1.0
+            B2.flat[:: B2.shape[0] + 1] += 1.0
             L2, info = lapack.dpotrf(B2, lower=1, clean=True, overwrite_a=1)
             if info != 0:
                 raise InvalidSiteConfiguration(
@@ -166,12 +169,31 @@ class DenseSitePosterior(SitePosterior):
             log_det += 2.0 * np.sum(np.log(np.diag(L2)))
         self.log_det = float(log_det)
 
-        Knu = K @ nu
-        self.alpha = nu - self._s * self.solve_A(self._s * Knu)
+        self._set_mean(nu)
+        self.var = self._marginal_variances() if need_var else None
+
+    def _set_mean(self, nu):
+        """alpha = nu - S A^-1 S K nu and mu = K alpha: two products with K, two triangular
+        solves, O(n^2) (docs/derivations/linalg.md)."""
+        K = self.K
+        self.alpha = nu - self._s * self.solve_A(self._s * (K @ nu))
         self.mean = K @ self.alpha
         if not np.all(np.isfinite(self.mean)):
             raise InvalidSiteConfiguration("posterior mean is not finite")
-        self.var = self._marginal_variances() if need_var else None
+
+    def with_site_shift(self, site_shift):
+        """The posterior with the same site precisions and new shifts nu~ (n,), in O(n^2).
+
+        Sigma, its factors, the marginal variances and log|I + K T| depend on the site
+        precisions only, so they are shared (not copied); only ``mean`` and ``alpha``
+        are recomputed.  Used by the EP engine's mean sweeps
+        (docs/derivations/engine_floor.md).
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.site_shift = np.asarray(site_shift, dtype=float)
+        new._set_mean(new.site_shift)
+        return new
 
     # ----------------------------------------------------------------- solves
     def solve_A(self, b):
@@ -180,7 +202,14 @@ class DenseSitePosterior(SitePosterior):
         P, N = self._P, self._N
         L1 = self._L1
         if self._all_positive:
-            return scipy.linalg.cho_solve((L1, True), b, check_finite=False)
+            if self._identity:
+                return b.copy()
+            if b.size == 0:
+                return np.zeros_like(b)
+            x, info = lapack.dpotrs(L1, b, lower=1)  # LAPACK directly: no wrapper overhead
+            if info != 0:
+                raise np.linalg.LinAlgError(f"dpotrs failed (info={info})")
+            return x
         x = np.empty_like(b)
         b1, b2 = b[P], b[N]
         z1 = scipy.linalg.solve_triangular(L1, b1, lower=True, check_finite=False)
@@ -210,22 +239,22 @@ class DenseSitePosterior(SitePosterior):
 
     def _marginal_variances(self):
         K = self.K
-        kdiag = np.diag(K).copy()
+        kdiag = np.diagonal(K).copy()
+        if self._identity:
+            return kdiag  # no site information: Sigma = K
         s2 = self._s**2
-        var = kdiag.copy()
-        active = s2 > 0
-        if not np.any(active):
-            return var  # no site information: Sigma = K
         dinv = self._diag_A_inverse()
-        var[active] = (self._sign[active] - dinv[active]) / s2[active]
-        # Where |tau_i| Sigma_ii is tiny the identity cancels: use K_ii - k_i^T S A^-1 S k_i.
-        explicit = active & ~(s2 * var >= _CANCELLATION_THRESHOLD)
-        explicit |= ~active
-        idx = np.flatnonzero(explicit)
-        if idx.size:
+        sign = 1.0 if self._all_positive else self._sign
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = np.where(s2 > 0, (sign - dinv) / s2, kdiag)
+        # Where |tau_i| Sigma_ii is tiny the identity cancels (and where tau_i = 0 it does
+        # not apply): use K_ii - k_i^T S A^-1 S k_i.
+        explicit = ~(s2 * var >= _CANCELLATION_THRESHOLD)
+        if explicit.any():
+            idx = np.flatnonzero(explicit)
             SK = self._s[:, None] * K[:, idx]
             var[idx] = kdiag[idx] - np.einsum("ij,ij->j", SK, self.solve_A(SK))
-        if not np.all(var > 0):
+        if not (var > 0).all():
             raise InvalidSiteConfiguration(
                 "non-positive marginal posterior variance; the site configuration is invalid"
             )
@@ -236,7 +265,37 @@ class DenseSitePosterior(SitePosterior):
         """R = (K + T^-1)^-1 = S A^-1 S, shape (n, n), used by evidence gradients."""
         n = self.K.shape[0]
         s = self._s
-        return s[:, None] * self.solve_A(np.diag(s)) if n else np.zeros((0, 0))
+        return s[:, None] * self.A_inverse() * s[None, :] if n else np.zeros((0, 0))
+
+    def A_inverse(self):
+        """A^-1 for A = D + S K S, shape (n, n), from the block factorisation.
+
+        B1^-1 = L1^-T L1^-1 by LAPACK dpotri (2n^3/3 flops, a third of the 2n^3 of
+        solving against the identity).  With negative sites the Schur complement
+        of the P block is -L2 L2^T, so with H = B1^-1 C and Hl = L2^-1 H^T:
+        [A^-1]_PP = B1^-1 - Hl^T Hl, [A^-1]_PN = Hl^T L2^-1, [A^-1]_NN = -L2^-T L2^-1.
+        """
+        P, N = self._P, self._N
+        B1inv = np.zeros((P.size, P.size))
+        if P.size:
+            # lower triangle of B1^-1; the upper one is L1's, zero (dpotrf with clean=True,
+            # or the identity for flat sites)
+            low, info = lapack.dpotri(self._L1, lower=1)
+            if info != 0:
+                raise np.linalg.LinAlgError("I + W K W is singular")
+            B1inv = low + low.T
+            B1inv[np.diag_indices_from(B1inv)] *= 0.5
+        if self._all_positive:
+            return B1inv
+        L2inv = triangular_inverse(self._L2)
+        Hl = L2inv @ (B1inv @ self._C).T  # L2^-1 H^T, (n_N, n_P)
+        Ainv = np.empty((self.K.shape[0],) * 2)
+        Ainv[np.ix_(P, P)] = B1inv - Hl.T @ Hl
+        PN = Hl.T @ L2inv
+        Ainv[np.ix_(P, N)] = PN
+        Ainv[np.ix_(N, P)] = PN.T
+        Ainv[np.ix_(N, N)] = -(L2inv.T @ L2inv)
+        return Ainv
 
     def covariance(self):
         """Full posterior covariance Sigma = K - K S A^-1 S K, shape (n, n)."""
@@ -260,6 +319,24 @@ class DenseSitePosterior(SitePosterior):
         mean = K_cross @ self.alpha
         if k_diag is None:
             return mean, None
-        SKt = self._s[:, None] * K_cross.T
-        var = np.asarray(k_diag, dtype=float) - np.einsum("ij,ij->j", SKt, self.solve_A(SKt))
+        k_diag = np.asarray(k_diag, dtype=float)
+        if not self._all_positive:
+            SKt = self._s[:, None] * K_cross.T
+            var = k_diag - np.einsum("ij,ij->j", SKt, self.solve_A(SKt))
+            return mean, np.maximum(var, 0.0)
+        # k*^T S B^-1 S k* = |L1^-1 S k*|^2.  Many points (m >= n/2) or a second call: one
+        # matrix product with the cached (L1^-1 S)^T (the O(n^3/3) inverse is made once,
+        # and gemm runs several times faster than a triangular solve); few points: one
+        # triangular solve (half of the two a Cholesky solve makes).
+        n, m = self.K.shape[0], K_cross.shape[0]
+        if self._pred is None and 2 * m >= n:
+            self._pred = (triangular_inverse(self._L1) * self._s[None, :]).T  # (L1^-1 S)^T
+        if self._pred is not None:
+            V = K_cross @ self._pred  # (m, n), rows (L1^-1 S k*)^T
+            var = k_diag - np.einsum("ij,ij->i", V, V)
+        else:
+            V = scipy.linalg.solve_triangular(
+                self._L1, self._s[:, None] * K_cross.T, lower=True, check_finite=False
+            )
+            var = k_diag - np.einsum("ij,ij->j", V, V)
         return mean, np.maximum(var, 0.0)

@@ -1,0 +1,482 @@
+"""Leave-one-out (LOO) predictive densities and outlier scores from EP's cavities.
+
+EP already holds, for every site i, an approximation of the posterior of f_i given all
+the *other* observations: the cavity (Opper & Winther 2000, §5 "leave-one-out
+estimator"; Vehtari, Mononen, Tolvanen, Sivula & Winther, JMLR 17(103), 2016, "EP-LOO":
+the cavity distribution is EP's approximation of the LOO posterior p(f_i | y_-i)).  The
+LOO predictive density then costs one one-dimensional integral per site,
+
+    log p(y_i | y_-i) ≈ log ∫ p(y_i | f_i) q_-i(f_i) df_i,                    (L1)
+
+which is the tilted normaliser ``likelihood.tilted_moments(y_i, m_-i, v_-i, power=1)``
+(log Z).  No refit: O(n) after the fit.
+
+Which cavity (docs/derivations/loo.md).  A Gaussian site t~_i(f_i) =
+exp(nu~_i f_i - tau~_i f_i^2 / 2) approximates the *whole* likelihood term p(y_i | f_i)
+whatever the fractional power eta of the EP run (power EP matches
+p^eta q / t~^eta, so t~ stands in for p, Minka 2004; Jylänki et al. 2011 eqs. 14-15).
+So the LOO approximation is
+
+    q_-i(f_i) ∝ q(f_i) / t~_i(f_i):   precision 1/v_i - tau~_i,  shift m_i/v_i - nu~_i,   (L2)
+
+for every eta.  The engine's ``EPResult.cavity_mean/var`` are the eta-cavities
+q / t~_i^eta, which keep a fraction 1 - eta of site i (an optimistic "leave-(1-eta)-in"
+density); they coincide with (L2) only at eta = 1.  (L2) can be improper for eta < 1
+(tau~_i > 1/v_i) although the eta-cavity is proper; such sites fall back to the eta-cavity
+(or, if that is improper too, to the posterior marginal) and :func:`loo_cavity` reports
+them (``fallback``), with a warning.  Nothing here returns NaN.
+
+Pure functions over arrays; the estimators call them at the end of ``fit`` and set
+``loo_log_predictive_`` and ``outlier_scores_`` (see each estimator).  :func:`plot_loo`
+draws the LOO predictive of a fitted estimator (duck-typed).  Nothing here imports an
+estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+from scipy import special
+
+from robustep.quadrature import gauss_legendre
+
+__all__ = [
+    "LOOResult",
+    "loo_cavity",
+    "loo_from_sites",
+    "mixture_loo",
+    "student_t_loo_predictive",
+    "loo_score",
+    "clear_loo_attributes",
+    "set_classifier_loo",
+    "set_regressor_loo",
+    "process_classifier_loo",
+    "set_process_classifier_loo",
+    "plot_loo",
+    "LOO_ATTRIBUTES",
+]
+
+#: Fitted attributes set by the estimators that support LOO (removed by the others).
+LOO_ATTRIBUTES = (
+    "loo_log_predictive_",
+    "outlier_scores_",
+    "loo_mean_",
+    "loo_std_",
+    "loo_interval_",
+)
+
+
+@dataclasses.dataclass
+class LOOResult:
+    """LOO quantities per training point, all shape (n,).
+
+    log_predictive : log p(y_i | y_-i) by (L1).
+    cavity_mean, cavity_var : the LOO cavity (L2) of f_i (or the eta-cavity where
+        ``fallback``).
+    fallback : bool, sites where (L2) was improper and the eta-cavity was used.
+    """
+
+    log_predictive: np.ndarray
+    cavity_mean: np.ndarray
+    cavity_var: np.ndarray
+    fallback: np.ndarray
+
+
+def loo_cavity(mean, var, site_precision, site_shift, eta_cavity=None):
+    """The LOO cavity q / t~_i (L2) from the posterior marginals and the sites.
+
+    mean, var : (n,) marginal posterior moments of f; site_precision, site_shift : (n,)
+    tau~, nu~.  eta_cavity : optional ((n,) mean, (n,) var), EP's own (power-eta)
+    cavities.  Where (L2) is improper (power EP with a large positive site, or a run that
+    did not reach a valid EP state) the eta-cavity is used if it is proper, else the
+    posterior marginal q(f_i) itself; both keep (part of) y_i and are optimistic.
+    Returns (cavity_mean (n,), cavity_var (n,), fallback (n,) bool); never NaN.
+    """
+    mean = np.asarray(mean, dtype=float)
+    var = np.asarray(var, dtype=float)
+    tau = np.asarray(site_precision, dtype=float)
+    nu = np.asarray(site_shift, dtype=float)
+    with np.errstate(all="ignore"):
+        q_prec = 1.0 / var
+        cav_prec = q_prec - tau
+        # relative floor: a cavity precision at rounding level of 1/v is not a distribution
+        ok = (cav_prec > 1e-10 * q_prec) & np.isfinite(cav_prec)
+        safe = np.where(ok, cav_prec, 1.0)
+        cav_var = np.where(ok, 1.0 / safe, var)
+        cav_mean = np.where(ok, (mean * q_prec - nu) / safe, mean)
+    fallback = ~ok
+    if np.any(fallback) and eta_cavity is not None:
+        em, ev = (np.asarray(a, dtype=float) for a in eta_cavity)
+        use = fallback & np.isfinite(em) & np.isfinite(ev) & (ev > 0)
+        cav_mean = np.where(use, em, cav_mean)
+        cav_var = np.where(use, ev, cav_var)
+    return cav_mean, cav_var, fallback
+
+
+def loo_from_sites(likelihood, y, mean, var, site_precision, site_shift, eta_cavity=None):
+    """LOO log predictive densities (L1) at the cavities (L2); returns a :class:`LOOResult`.
+
+    likelihood : a :class:`robustep.likelihoods.Likelihood` (its ``tilted_moments`` at
+    power 1 gives log ∫ p(y_i|f) N(f | m_-i, v_-i) df); y : (n,) targets as the likelihood
+    takes them (±1 labels, standardised regression targets); the rest as in
+    :func:`loo_cavity`.  Warns (UserWarning) when some sites used the eta-cavity.
+    """
+    cm, cv, fallback = loo_cavity(mean, var, site_precision, site_shift, eta_cavity)
+    log_pred = np.asarray(likelihood.tilted_moments(np.asarray(y, float), cm, cv, 1.0)[0])
+    if np.any(fallback):
+        warnings.warn(
+            f"{int(fallback.sum())} of {fallback.size} LOO cavities q / t~_i are improper "
+            "(power EP with a large positive site, or EP did not converge); EP's own cavity "
+            "or the posterior marginal is used there, which is optimistic (it keeps part of "
+            "the left-out observation)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return LOOResult(log_pred, cm, cv, fallback)
+
+
+def loo_from_ep_result(result, likelihood, y):
+    """:func:`loo_from_sites` for an :class:`robustep.ep.EPResult` (any power)."""
+    return loo_from_sites(
+        likelihood,
+        y,
+        result.mean,
+        result.var,
+        result.site_precision,
+        result.site_shift,
+        eta_cavity=(result.cavity_mean, result.cavity_var),
+    )
+
+
+def mixture_loo(log_predictive, weights):
+    """LOO log predictive of a posterior mixture over hyperparameters (an EP3 grid).
+
+    With posterior weights w_j = p(theta_j | y) on a grid, p(theta_j | y_-i) ∝
+    w_j / p(y_i | y_-i, theta_j), hence
+
+        p(y_i | y_-i) = 1 / sum_j w_j / p(y_i | y_-i, theta_j)                   (L3)
+
+    (the same identity as importance-sampling LOO, exact for a discrete posterior).
+    log_predictive : (J, n) per-component values of (L1); weights : (J,) summing to 1.
+    Returns (log p(y_i | y_-i) (n,), LOO weights (J, n), each column summing to 1).
+    """
+    lp = np.atleast_2d(np.asarray(log_predictive, dtype=float))
+    logw = np.log(np.maximum(np.asarray(weights, dtype=float), 1e-300))[:, None]
+    a = logw - lp  # log(w_j / p_j)
+    mx = np.max(a, axis=0)
+    log_sum = mx + np.log(np.sum(np.exp(a - mx), axis=0))
+    return -log_sum, np.exp(a - log_sum)
+
+
+# ------------------------------------------------------------------ Student-t predictive
+_N_GAMMA_NODES = 96
+
+
+def _gamma_nodes(df):
+    """Nodes lambda_k, weights w_k with E_{Gamma(nu/2, rate nu/2)}[g(lambda)] ≈ sum_k w_k g.
+
+    Gauss–Legendre in t in (0, 1) with the Gamma probability u = t^3 (nodes crowd at small
+    lambda where g has its heavy-tail contribution); lambda = F^-1(u).  nu = inf: the
+    single node lambda = 1 (Gaussian noise).
+    """
+    if not np.isfinite(df):
+        return np.ones(1), np.ones(1)
+    x, logw = gauss_legendre(_N_GAMMA_NODES)
+    t = 0.5 * (x + 1.0)
+    lam = special.gammaincinv(0.5 * df, t**3) * (2.0 / df)
+    return np.maximum(lam, 1e-300), 1.5 * t**2 * np.exp(logw)
+
+
+def _mixture_cdf(yq, comps, weights):
+    """(F, 1 - F) at (n,) points of the mixture sum_j weights[j] * (f_j + eps_j).
+
+    comps : list of (m (n,), v (n,), scale, lam, w) with f_j ~ N(m, v) and eps_j a
+    Student-t written as the scale mixture eps | lambda ~ N(0, scale^2 / lambda)
+    (Jylänki et al. 2011 eq. 3): F_j(y) = E_lambda[Phi((y - m) / sqrt(v + scale^2/lambda))].
+    weights : (J, n).
+    """
+    F = np.zeros_like(yq)
+    G = np.zeros_like(yq)
+    for (m, v, scale, lam, w), wj in zip(comps, weights, strict=True):
+        sd = np.sqrt(v[:, None] + scale**2 / lam[None, :])
+        z = (yq - m)[:, None] / sd
+        F += wj * (special.ndtr(z) @ w)
+        G += wj * (special.ndtr(-z) @ w)
+    return F, G
+
+
+def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=None,
+                             coverage=0.95):  # fmt: skip
+    """LOO predictive of the observation y_i = f_i + eps_i, eps ~ Student-t(nu, sigma).
+
+    y : (n,); cavity_means, cavity_vars : (J, n) LOO cavities of J mixture components
+    (J = 1 for one set of hyperparameters; an EP3 grid otherwise); dfs, scales : (J,)
+    nu (``inf`` = Gaussian noise) and sigma; weights : (J, n) LOO mixture weights (from
+    :func:`mixture_loo`; default: J = 1).  All in standardised units.
+    Returns a dict of (n,) arrays:
+
+    * ``mean``: the LOO predictive mean sum_j w_j m_j (the location; a mean exists for
+      nu > 1);
+    * ``std``: its standard deviation, with Var eps = sigma^2 nu / (nu - 2) for nu > 2,
+      and ``inf`` when some component has nu <= 2 (no finite variance);
+    * ``z``: the standardised LOO residual Phi^-1(F_-i(y_i)), the normal score of the LOO
+      probability integral transform: (y_i - m_-i) / sd for Gaussian noise, finite for
+      every nu, signed, N(0, 1) under the model;
+    * ``lower``, ``upper``: the central ``coverage`` LOO predictive interval of y_i.
+    """
+    y = np.asarray(y, dtype=float)
+    M = np.atleast_2d(np.asarray(cavity_means, dtype=float))
+    V = np.atleast_2d(np.asarray(cavity_vars, dtype=float))
+    J = M.shape[0]
+    dfs = np.broadcast_to(np.asarray(dfs, dtype=float), (J,))
+    scales = np.broadcast_to(np.asarray(scales, dtype=float), (J,))
+    W = np.ones((1, y.size)) if weights is None else np.atleast_2d(np.asarray(weights, float))
+    comps = [(M[j], V[j], float(scales[j]), *_gamma_nodes(float(dfs[j]))) for j in range(J)]
+    F, G = _mixture_cdf(y, comps, W)
+    # the normal score from the smaller tail, accurate far out
+    z = np.where(F < G, special.ndtri(np.maximum(F, 1e-300)), -special.ndtri(np.maximum(G, 1e-300)))
+    mean = np.sum(W * M, axis=0)
+    if np.all(dfs > 2):
+        ratio = np.array([d / (d - 2.0) if np.isfinite(d) else 1.0 for d in dfs])  # J values
+        noise = scales**2 * ratio
+        second = np.sum(W * (V + noise[:, None] + M**2), axis=0)
+        std = np.sqrt(np.maximum(second - mean**2, 0.0))
+    else:
+        std = np.full(y.shape, np.inf)
+    # the interval by bisection on the (monotone) mixture CDF, all sites at once
+    half = 0.5 * (1.0 - coverage)
+    width = np.sqrt(np.max(V, axis=0)) + np.max(scales) + np.ptp(M, axis=0)
+    bounds = []
+    for target in (half, 1.0 - half):
+        lo, hi = mean - width, mean + width
+        for _ in range(200):  # widen until bracketed
+            bad_lo = _mixture_cdf(lo, comps, W)[0] > target
+            bad_hi = _mixture_cdf(hi, comps, W)[0] < target
+            if not (bad_lo.any() or bad_hi.any()):
+                break
+            step = hi - lo
+            lo, hi = np.where(bad_lo, lo - step, lo), np.where(bad_hi, hi + step, hi)
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            below = _mixture_cdf(mid, comps, W)[0] < target
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        bounds.append(0.5 * (lo + hi))
+    return {"mean": mean, "std": std, "z": z, "lower": bounds[0], "upper": bounds[1]}
+
+
+# ------------------------------------------------------------------ estimator helpers
+def clear_loo_attributes(estimator):
+    """Remove LOO attributes left by an earlier fit (methods without LOO do not set them)."""
+    for name in LOO_ATTRIBUTES:
+        if name in vars(estimator):
+            delattr(estimator, name)
+
+
+def _is_ep_result(res):
+    return all(
+        hasattr(res, name)
+        for name in ("site_precision", "site_shift", "cavity_mean", "cavity_var", "mean", "var")
+    )
+
+
+def _unavailable(estimator, err):
+    """Warn that the LOO diagnostics could not be computed (the fit itself stands)."""
+    clear_loo_attributes(estimator)
+    warnings.warn(
+        f"{type(estimator).__name__}: leave-one-out diagnostics are unavailable for this fit "
+        f"({type(err).__name__}: {err}); the fitted model is unaffected",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def set_classifier_loo(estimator, result, likelihood, y_pm):
+    """Set ``loo_log_predictive_`` and ``outlier_scores_`` on a binary GP classifier.
+
+    ``result``: the fit's inference result; only an EP result (sites and cavities) gives
+    LOO values, any other (Laplace) leaves the attributes unset.  y_pm : (n,) labels ±1.
+    ``outlier_scores_ = -loo_log_predictive_``: the LOO surprise of the observed label
+    (log 2 ≈ 0.69 for a coin flip; > 3 means a LOO probability below 0.05).
+    """
+    clear_loo_attributes(estimator)
+    if not _is_ep_result(result):
+        return
+    try:
+        loo = loo_from_ep_result(result, likelihood, y_pm)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _unavailable(estimator, err)
+    estimator.loo_log_predictive_ = loo.log_predictive
+    estimator.outlier_scores_ = -loo.log_predictive
+
+
+def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
+    """Set the LOO attributes of a GP regressor with Student-t (or Gaussian) noise.
+
+    components : list of (result, likelihood, df, scale), one per set of hyperparameters
+    (one, or an EP3 grid), each result an EP result (or any object with ``mean``, ``var``,
+    ``site_precision``, ``site_shift``; cavities from (L2)); df = inf for Gaussian noise.
+    weights : (J,) posterior weights of the components (mixed by (L3)).
+    y : (n,) standardised targets; y_mean, y_std : the standardisation.
+    Sets, in target units: ``loo_log_predictive_`` (n,) (densities of y, so shifted by
+    -log y_std), ``loo_mean_``, ``loo_std_`` (``inf`` for nu <= 2), ``loo_interval_``
+    ((n,), (n,)) central 95% LOO interval of y_i, ``outlier_scores_`` (n,) the
+    standardised LOO residuals Phi^-1(F_-i(y_i)) (unitless).
+    """
+    clear_loo_attributes(estimator)
+    lps, ms, vs, dfs, scales = [], [], [], [], []
+    try:
+        for res, lik, df, scale in components:
+            eta_cav = None
+            if hasattr(res, "cavity_mean"):
+                eta_cav = (res.cavity_mean, res.cavity_var)
+            loo = loo_from_sites(lik, y, res.mean, res.var, res.site_precision, res.site_shift,
+                                 eta_cavity=eta_cav)  # fmt: skip
+            lps.append(loo.log_predictive)
+            ms.append(loo.cavity_mean)
+            vs.append(loo.cavity_var)
+            dfs.append(df)
+            scales.append(scale)
+        log_pred, loo_w = mixture_loo(np.array(lps), weights)
+        pred = student_t_loo_predictive(y, np.array(ms), np.array(vs), dfs, scales, loo_w)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _unavailable(estimator, err)
+    estimator.loo_log_predictive_ = log_pred - np.log(y_std)
+    estimator.loo_mean_ = pred["mean"] * y_std + y_mean
+    estimator.loo_std_ = pred["std"] * y_std
+    estimator.loo_interval_ = (pred["lower"] * y_std + y_mean, pred["upper"] * y_std + y_mean)
+    estimator.outlier_scores_ = pred["z"]
+
+
+def process_classifier_loo(post, tau, nu, y_pm, df, eps):
+    """LOO log p(y_i | y_-i) (n,) of the Student-t process classifier from t-EP's cavities.
+
+    The t-EP posterior is p(f) ⊗_t prod_j t~_j (Futami et al. 2017 eq. 31, the
+    t-product adds natural parameters), so the t-cavity q ⊘_t t~_i = p(f) ⊗_t
+    prod_{j != i} t~_j is t-EP's approximation of the posterior given y_-i with the other
+    sites held fixed — the same statement as (L2) for Gaussian EP, and the same density as
+    the predictive of a refit on y_-i (``process_predict_latent``) if its sites did not
+    move.  Its marginal of f_i is St(m_-i, s_-i^2, df) with the Gaussian-form cavity
+    (precision 1/Sigma_G,ii - tau_i, shift mu_i/Sigma_G,ii - nu_i) and the scale factor
+    |B_-i|^{-1/df}, |B_-i| = |B| (1 - tau_i Sigma_G,ii) (docs/derivations/tep.md §6, §9).
+    Then p(y_i | y_-i) ≈ eps + (1 - 2 eps) T_df(y_i m_-i / s_-i) — the ordinary (not
+    escort) normaliser of the noisy step under that Student-t (eq. 43).  df = inf gives
+    Gaussian EP with the step likelihood, where it is (L1).
+
+    post : :class:`robustep.tep.process.ProcessPosterior`; tau, nu : (n,) scaled sites;
+    y_pm : (n,) ±1.  Sites whose cavity is improper use the posterior marginal instead
+    (optimistic), with a warning.
+    """
+    from robustep.tep.likelihood import tilted_normaliser
+
+    d = np.diag(post.sigma_g)
+    with np.errstate(all="ignore"):
+        cav_prec = 1.0 / d - tau
+        ok = cav_prec > 1e-10 / d
+        s2c = np.where(ok, 1.0 / np.where(ok, cav_prec, 1.0), d)
+        mc = np.where(ok, s2c * (post.mu / d - nu), post.mu)
+        s2t = s2c
+        if not np.isinf(df):
+            s2t = np.exp(-(post.logdet_b + np.log(d / s2c)) / df) * s2c
+    if not np.all(ok):
+        warnings.warn(
+            f"{int((~ok).sum())} t-EP cavities are improper; the posterior marginal is used "
+            "there (optimistic LOO values)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return tilted_normaliser(mc, s2t, df, np.asarray(y_pm, float), eps)
+
+
+def set_process_classifier_loo(estimator, post, tau, nu, y_pm, df, eps):
+    """Set ``loo_log_predictive_`` and ``outlier_scores_`` (= -loo_log_predictive_) on a
+    Student-t process classifier (:func:`process_classifier_loo`)."""
+    clear_loo_attributes(estimator)
+    try:
+        with np.errstate(all="ignore"):
+            lp = np.asarray(process_classifier_loo(post, tau, nu, y_pm, df, eps), dtype=float)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _unavailable(estimator, err)
+    if not np.all(np.isfinite(lp)):
+        return _unavailable(estimator, ValueError("non-finite LOO values"))
+    estimator.loo_log_predictive_ = lp
+    estimator.outlier_scores_ = -lp
+
+
+def loo_score(estimator, supported):
+    """Mean of ``estimator.loo_log_predictive_``; a clear error when the fit has none.
+
+    supported : text naming the methods that provide LOO (for the error message).
+    """
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(estimator)
+    values = getattr(estimator, "loo_log_predictive_", None)
+    if values is None:
+        method = getattr(estimator, "method_used_", getattr(estimator, "method", None))
+        raise AttributeError(
+            f"{type(estimator).__name__} fitted with method={method!r} has no leave-one-out "
+            f"predictive densities: they come from EP's cavities, available for {supported}. "
+            "Refit with one of those methods."
+        )
+    return float(np.mean(values))
+
+
+def plot_loo(estimator, ax=None, threshold=None):
+    """Plot the LOO predictive of a fitted estimator against its observations.
+
+    Regressor (has ``loo_mean_``): observed y_i against the LOO predictive location
+    m_-i with the central 95% LOO interval of y_i as error bars and the diagonal y = m;
+    flagged (red): |standardised LOO residual| > ``threshold`` (default 3) or a negative
+    site precision (``negative_precision_``).  Classifier: the LOO probability of the
+    observed label p(y_i | y_-i) per point (sorted), flagged below ``threshold``
+    (default 0.05).  Works with any matplotlib backend (Agg included).
+    Returns the matplotlib Axes.
+    """
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(5.0, 4.0))
+    if getattr(estimator, "loo_log_predictive_", None) is None:
+        raise AttributeError(
+            f"{type(estimator).__name__} has no LOO diagnostics (loo_log_predictive_): fit "
+            "it with an EP method first"
+        )
+    if hasattr(estimator, "loo_mean_"):
+        threshold = 3.0 if threshold is None else float(threshold)
+        y = np.asarray(estimator.y_train_, dtype=float)
+        m = np.asarray(estimator.loo_mean_, dtype=float)
+        lo, hi = np.asarray(estimator.loo_interval_[0]), np.asarray(estimator.loo_interval_[1])
+        z = np.asarray(estimator.outlier_scores_, dtype=float)
+        flag = np.abs(z) > threshold
+        neg = getattr(estimator, "negative_precision_", None)
+        if neg is not None:
+            flag = flag | np.asarray(neg, dtype=bool)
+        yerr = np.vstack([np.maximum(m - lo, 0.0), np.maximum(hi - m, 0.0)])
+        ax.errorbar(m[~flag], y[~flag], xerr=yerr[:, ~flag], fmt="o", ms=3, lw=0.8,
+                    color="tab:blue", alpha=0.7, label="observations")  # fmt: skip
+        if np.any(flag):
+            ax.errorbar(m[flag], y[flag], xerr=yerr[:, flag], fmt="o", ms=4, lw=0.8,
+                        color="tab:red", label="flagged")  # fmt: skip
+        span = [float(np.min([m.min(), y.min()])), float(np.max([m.max(), y.max()]))]
+        ax.plot(span, span, color="0.5", lw=0.8, ls="--")
+        ax.set_xlabel("LOO predictive location m_-i (95% interval of y_i)")
+        ax.set_ylabel("observed y_i")
+        ax.set_title(f"LOO: mean log p(y_i | y_-i) = {np.mean(estimator.loo_log_predictive_):.3f}")
+    else:
+        threshold = 0.05 if threshold is None else float(threshold)
+        p = np.exp(np.asarray(estimator.loo_log_predictive_, dtype=float))
+        order = np.argsort(p)
+        flag = p[order] < threshold
+        rank = np.arange(p.size)
+        ax.scatter(rank[~flag], p[order][~flag], s=10, color="tab:blue", label="observations")
+        if np.any(flag):
+            ax.scatter(rank[flag], p[order][flag], s=14, color="tab:red", label="flagged")
+        ax.axhline(0.5, color="0.5", lw=0.8, ls="--")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("training points, sorted")
+        ax.set_ylabel("LOO probability of the observed label")
+        ax.set_title(f"LOO: mean log p(y_i | y_-i) = {np.mean(estimator.loo_log_predictive_):.3f}")
+    ax.legend(loc="best", fontsize="small")
+    return ax

@@ -1,0 +1,359 @@
+"""Nested EP for multi-class GP classification with the multinomial probit likelihood.
+
+Riihimäki, Jylänki & Vehtari (2013), "Nested expectation propagation for Gaussian process
+classification with a multinomial probit likelihood", JMLR 14.  One latent GP per class,
+f^j ~ GP(0, k_j) independent a priori; prior covariance of f = (f^1; ...; f^c) (class-major,
+length c n) is blockdiag(K_1, ..., K_c).
+
+Outer EP: one c-dimensional Gaussian site per data point, t̃_i(f_i) with precision
+Π̃_i = diag(π_i) - π_i π_i^T / (1^T π_i) (rank c-1) and shift ν̃_i, both functions of the
+point's inner EP sites (:mod:`robustep.likelihoods.multinomial_probit`).  Each outer
+iteration (parallel schedule): form the posterior, the cavity of every site, one inner-EP
+sweep per site warm-started from its previous inner sites (the nested EP of §4), then a
+damped update of the inner sites (``damping`` = weight kept on the old value).
+
+Posterior in O(c n^3) (the paper's §5; the same algebra as Rasmussen & Williams Alg. 3.3):
+with D = diag(π) (c n), P = 1_c ⊗ I_n and B_j = I + D_j^{1/2} K_j D_j^{1/2} = L_j L_j^T,
+
+    E_j = D_j^{1/2} B_j^{-1} D_j^{1/2},   C = Σ_j E_j = L_C L_C^T   (n x n),
+    Σ = (K^{-1} + Π̃)^{-1} = A + A D P C^{-1} P^T D A,  A = blockdiag((K_j^{-1} + D_j)^{-1}),
+    μ_j = K_j γ_j,  γ_j = ν̃_j - E_j (K_j ν̃_j - C^{-1} Σ_k E_k K_k ν̃_k),
+    R = (K + Π̃^{-1})^{-1} = E - E P C^{-1} P^T E,
+    log|I + K Π̃| = Σ_j log|B_j| + log|C| - Σ_i log(1^T π_i).
+
+One sweep costs c Cholesky factorisations of n x n, c products E_j K_j and c triangular
+solves with L_C: O(c n^3); memory O(c n^2).  Derivation: docs/derivations/multiclass.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+from scipy import linalg
+from scipy.linalg import lapack
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.likelihoods.multinomial_probit import (
+    _check_labels,
+    _inner_posterior,
+    _site_corrections,
+    _x_prior,
+    inner_ep,
+    site_natural_parameters,
+)
+
+__all__ = ["MulticlassEPResult", "nested_ep", "multiclass_posterior"]
+
+
+def _chol(A):
+    L, info = lapack.dpotrf(A, lower=1, clean=True)
+    if info != 0:
+        raise np.linalg.LinAlgError("matrix not positive definite in the multi-class posterior")
+    return L
+
+
+@dataclasses.dataclass
+class MulticlassPosterior:
+    """Gaussian posterior of the c latent GPs given the outer sites (the O(c n^3) algebra).
+
+    mean (n, c); cov (n, c, c) the marginal covariance of f_i; gamma (n, c) = K^{-1} μ per
+    class; log_det = log|I + K Π̃|; quad = ν̃^T Σ ν̃; E (c, n, n); L_C (n, n).
+    """
+
+    mean: np.ndarray
+    cov: np.ndarray
+    gamma: np.ndarray
+    log_det: float
+    quad: float
+    E: np.ndarray
+    L_C: np.ndarray
+
+    def predict(self, K_cross, k_diag):
+        """Latent predictive at m test points: mean (m, c), covariance (m, c, c).
+
+        K_cross : (m, n) or (c, m, n) prior cross-covariances; k_diag : (m,) or (c, m).
+        μ*_j = k*_j^T γ_j; Σ*_jk = δ_jk (k**_j - k*_j^T E_j k*_j) + k*_j^T E_j C^{-1} E_k k*_k.
+        """
+        c, n, _ = self.E.shape
+        Kc = np.asarray(K_cross, dtype=float)
+        kd = np.asarray(k_diag, dtype=float)
+        Kc = np.broadcast_to(Kc, (c,) + Kc.shape[-2:]) if Kc.ndim == 2 else Kc
+        kd = np.broadcast_to(kd, (c, kd.shape[-1])) if kd.ndim == 1 else kd
+        m = Kc.shape[1]
+        mean = np.einsum("jmn,nj->mj", Kc, self.gamma)
+        cov = np.zeros((m, c, c))
+        W = np.empty((c, n, m))
+        for j in range(c):
+            V = self.E[j] @ Kc[j].T  # (n, m)
+            cov[:, j, j] = kd[j] - np.einsum("mn,nm->m", Kc[j], V)
+            W[j] = linalg.solve_triangular(self.L_C, V, lower=True, check_finite=False)
+        cov += np.einsum("jnm,knm->mjk", W, W)
+        return mean, 0.5 * (cov + np.swapaxes(cov, 1, 2))
+
+
+def multiclass_posterior(Ks, pi, shift, *, chunk=512):
+    """Posterior for prior covariances ``Ks`` (c, n, n) and outer sites (π (n, c), ν̃ (n, c)).
+
+    See the module docstring for the formulas; raises ``numpy.linalg.LinAlgError`` if a
+    factorisation fails.
+    """
+    c, n, _ = Ks.shape
+    d = np.sqrt(pi)  # (n, c)
+    E = np.empty((c, n, n))
+    log_det = 0.0
+    for j in range(c):
+        B = d[:, j, None] * Ks[j] * d[None, :, j]
+        B[np.diag_indices(n)] += 1.0
+        L = _chol(B)
+        log_det += 2.0 * np.sum(np.log(np.diag(L)))
+        Binv, info = lapack.dpotri(L, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError("could not invert I + D^1/2 K D^1/2")
+        Binv = np.tril(Binv) + np.tril(Binv, -1).T
+        E[j] = d[:, j, None] * Binv * d[None, :, j]
+    C = E.sum(axis=0)
+    L_C = _chol(C)
+    log_det += 2.0 * np.sum(np.log(np.diag(L_C))) - np.sum(np.log(pi.sum(axis=1)))
+    Knu = np.column_stack([Ks[j] @ shift[:, j] for j in range(c)])  # K_j ν̃_j  (n, c)
+    s = sum(E[j] @ Knu[:, j] for j in range(c))  # Σ_k E_k K_k ν̃_k
+    Cs = linalg.cho_solve((L_C, True), s, check_finite=False)
+    gamma = np.empty((n, c))
+    for j in range(c):
+        gamma[:, j] = shift[:, j] - E[j] @ (Knu[:, j] - Cs)
+    mean = np.column_stack([Ks[j] @ gamma[:, j] for j in range(c)])
+    # marginal covariances: diag(A_j) + the C^{-1} coupling, in column chunks
+    cov = np.zeros((n, c, c))
+    for start in range(0, n, chunk):
+        sl = slice(start, min(start + chunk, n))
+        F = np.empty((c, n, sl.stop - start))
+        for j in range(c):
+            H = E[j] @ Ks[j][:, sl]  # (E_j K_j)[:, sl]
+            cov[sl, j, j] = np.diag(Ks[j])[sl] - np.einsum("ab,ab->b", Ks[j][:, sl], H)
+            F[j] = linalg.solve_triangular(L_C, H, lower=True, check_finite=False)
+        Ft = F.transpose(2, 0, 1)  # (b, c, n)
+        cov[sl] += Ft @ Ft.transpose(0, 2, 1)
+    cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+    quad = float(np.sum(shift * mean))
+    return MulticlassPosterior(mean, cov, gamma, float(log_det), quad, E, L_C)
+
+
+def _cavities(post_mean, post_cov, precision, shift):
+    """Cavity N(m_-i, S_-i) of every site: (n, c), (n, c, c); also a validity mask (n,)."""
+    c = post_mean.shape[1]
+    P = np.linalg.inv(post_cov)
+    P = 0.5 * (P + np.swapaxes(P, 1, 2))
+    h = np.einsum("ijk,ik->ij", P, post_mean)
+    Pc = P - precision
+    hc = h - shift
+    with np.errstate(invalid="ignore"):
+        eig_min = np.linalg.eigvalsh(Pc)[:, 0]
+    ok = np.isfinite(eig_min) & (eig_min > 0)
+    Pc = np.where(ok[:, None, None], Pc, np.eye(c))
+    S = np.linalg.inv(Pc)
+    S = 0.5 * (S + np.swapaxes(S, 1, 2))
+    m = np.einsum("ijk,ik->ij", S, hc)
+    return m, S, ok
+
+
+@dataclasses.dataclass
+class MulticlassEPResult:
+    """Result of :func:`nested_ep`.
+
+    alpha, beta : (n, c) inner sites (0 at the label); site_precision (n, c, c) and
+    site_shift (n, c): the outer sites Π̃_i, ν̃_i; mean (n, c), cov (n, c, c): posterior
+    marginals; log_Z: log Z_EP; converged, n_iter, history {"max_change": [...]};
+    posterior: :class:`MulticlassPosterior` (predictions, gradient).
+    """
+
+    alpha: np.ndarray
+    beta: np.ndarray
+    site_precision: np.ndarray
+    site_shift: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+    log_Z: float
+    converged: bool
+    n_iter: int
+    history: dict
+    posterior: MulticlassPosterior
+    y: np.ndarray
+
+    def predict(self, K_cross, k_diag):
+        """Latent predictive mean (m, c) and covariance (m, c, c); see MulticlassPosterior."""
+        return self.posterior.predict(K_cross, k_diag)
+
+    def log_Z_gradient(self, K_gradient):
+        """d log Z_EP / d θ (p,) at the fixed point, from dK (n, n, p) shared by all classes
+        or (c, n, n, p) per class.
+
+        d log Z / d θ = Σ_j ½ γ_j^T (∂K_j) γ_j - ½ tr(R_jj ∂K_j), R_jj = E_j - E_j C^{-1} E_j
+        (explicit derivative at an EP fixed point; docs/derivations/multiclass.md §5, eq. M12).
+        """
+        post = self.posterior
+        c, n, _ = post.E.shape
+        dK = np.asarray(K_gradient, dtype=float)
+        gamma = post.gamma
+        if dK.ndim == 3:  # shared: M = Σ_j (½ γ_j γ_j^T - ½ R_jj)
+            G = np.zeros((n, n))
+            for j in range(c):
+                F = linalg.solve_triangular(post.L_C, post.E[j], lower=True, check_finite=False)
+                G += 0.5 * np.outer(gamma[:, j], gamma[:, j]) - 0.5 * (post.E[j] - F.T @ F)
+            return G.reshape(-1) @ dK.reshape(n * n, -1)
+        grad = np.zeros(dK.shape[-1])
+        for j in range(c):
+            F = linalg.solve_triangular(post.L_C, post.E[j], lower=True, check_finite=False)
+            M = 0.5 * np.outer(gamma[:, j], gamma[:, j]) - 0.5 * (post.E[j] - F.T @ F)
+            grad += M.reshape(-1) @ dK[j].reshape(n * n, -1)
+        return grad
+
+
+def _log_Z(y, Ks, alpha, beta, post, precision, shift, log_const):
+    """log Z_EP = ½ ν̃ᵀΣν̃ - ½ log|I + KΠ̃| + Σ_i κ_i + Σ_ij [log Ẑ_ij + Ψ(cav_ij) - Ψ(marg_ij)]."""
+    cav_m, cav_S, ok = _cavities(post.mean, post.cov, precision, shift)
+    m_x, S_x, _ = _x_prior(y, cav_m, cav_S)
+    cov_x, mean_x, _ = _inner_posterior(m_x, S_x, alpha, beta)
+    corr = _site_corrections(y, mean_x, cov_x, alpha, beta)
+    value = 0.5 * post.quad - 0.5 * post.log_det + float(np.sum(log_const)) + float(np.sum(corr))
+    return value if np.all(ok) else -np.inf
+
+
+def _as_class_covariances(K, c):
+    K = np.asarray(K, dtype=float)
+    if K.ndim == 2:
+        if K.shape[0] != K.shape[1]:
+            raise ValueError(f"K must be a square (n, n) matrix or (c, n, n); got shape {K.shape}")
+        return np.broadcast_to(K, (c,) + K.shape)
+    if K.ndim != 3 or K.shape[0] != c or K.shape[1] != K.shape[2]:
+        raise ValueError(
+            f"K must be (n, n) (one kernel for every class) or (c, n, n) = ({c}, n, n); "
+            f"got shape {K.shape}"
+        )
+    return K
+
+
+def nested_ep(
+    K,
+    y,
+    n_classes=None,
+    *,
+    damping=0.5,
+    max_iter=200,
+    tol=1e-4,
+    inner_sweeps=1,
+    init=None,
+    warn=True,
+):
+    """Nested EP for GP classification with the multinomial probit likelihood.
+
+    Parameters
+    ----------
+    K : (n, n) prior covariance shared by the c latent GPs, or (c, n, n) one per class.
+    y : (n,) int class indices 0 .. c-1.
+    n_classes : c (default ``max(y) + 1``; must be >= 2).
+    damping : in [0, 1), weight kept on the old inner sites (0 = no damping).
+    max_iter : outer iterations (each one inner sweep per site, Riihimäki et al. §4).
+    tol : converged when the largest undamped change of any inner site parameter (α, β)
+        in an iteration is below ``tol``.
+    inner_sweeps : inner-EP sweeps per outer iteration (1 = nested EP as in the paper).
+    init : (alpha, beta) (n, c) to warm-start from, or None.
+    warn : emit a ConvergenceWarning when ``max_iter`` is reached.
+
+    Returns
+    -------
+    MulticlassEPResult.  Never NaN: if an iteration produces a non-finite or invalid state,
+    the last valid state is kept and ``converged`` is False.
+    """
+    y = np.asarray(y)
+    if n_classes is None:
+        n_classes = int(np.max(y)) + 1 if y.size else 2
+    c = int(n_classes)
+    if c < 2:
+        raise ValueError(f"n_classes must be >= 2, got {n_classes!r}")
+    y = _check_labels(y, c)
+    if not 0.0 <= float(damping) < 1.0:
+        raise ValueError(f"damping must be in [0, 1), got {damping!r}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not float(tol) > 0:
+        raise ValueError(f"tol must be positive, got {tol!r}")
+    Ks = _as_class_covariances(K, c)
+    n = Ks.shape[1]
+    if y.shape[0] != n:
+        raise ValueError(
+            f"y has {y.shape[0]} entries but K is {n} x {n}; pass one label per row of K"
+        )
+    if not np.all(np.isfinite(Ks)):
+        raise ValueError("K contains NaN or inf; check the kernel hyperparameters and inputs")
+    rows = np.arange(n)
+    if init is None:
+        alpha, beta = np.zeros((n, c)), np.zeros((n, c))
+    else:
+        alpha = np.array(init[0], dtype=float)
+        beta = np.array(init[1], dtype=float)
+        if alpha.shape != (n, c) or beta.shape != (n, c):
+            raise ValueError(f"init must be (alpha, beta) of shape ({n}, {c}) each")
+        alpha[rows, y] = 0.0
+        beta[rows, y] = 0.0
+
+    def state(a, b):
+        prec, shift, pi, log_const = site_natural_parameters(y, a, b)
+        post = multiclass_posterior(Ks, pi, shift)
+        return prec, shift, log_const, post
+
+    prec, shift, log_const, post = state(alpha, beta)
+    history = {"max_change": []}
+    converged = False
+    n_iter = 0
+    for it in range(int(max_iter)):
+        cav_m, cav_S, ok = _cavities(post.mean, post.cov, prec, shift)
+        a_new, b_new, _ = inner_ep(y, cav_m, cav_S, alpha, beta, n_sweeps=inner_sweeps)
+        a_new = np.where(ok[:, None], a_new, alpha)
+        b_new = np.where(ok[:, None], b_new, beta)
+        # the undamped step decides convergence (damping must not fake it)
+        with np.errstate(invalid="ignore"):
+            change = float(max(np.max(np.abs(a_new - alpha)), np.max(np.abs(b_new - beta))))
+        a_new = damping * alpha + (1.0 - damping) * a_new
+        b_new = damping * beta + (1.0 - damping) * b_new
+        if not (np.all(np.isfinite(a_new)) and np.all(np.isfinite(b_new))):
+            break
+        try:
+            new = state(a_new, b_new)
+        except np.linalg.LinAlgError:
+            break
+        if not (np.all(np.isfinite(new[3].mean)) and np.all(np.isfinite(new[3].cov))):
+            break
+        history["max_change"].append(change)
+        alpha, beta = a_new, b_new
+        prec, shift, log_const, post = new
+        n_iter = it + 1
+        if change < tol:
+            converged = True
+            break
+    log_Z = _log_Z(y, Ks, alpha, beta, post, prec, shift, log_const)
+    if not np.isfinite(log_Z):  # an invalid cavity: no evidence (never NaN)
+        converged = False
+        log_Z = -np.inf
+    if not converged and warn:
+        warnings.warn(
+            f"nested EP did not converge in {n_iter} iterations (max_iter={max_iter}, "
+            f"tol={tol}, damping={damping}); the last finite state is kept. Increase "
+            "max_iter or damping.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return MulticlassEPResult(
+        alpha=alpha,
+        beta=beta,
+        site_precision=prec,
+        site_shift=shift,
+        mean=post.mean,
+        cov=post.cov,
+        log_Z=float(log_Z),
+        converged=bool(converged),
+        n_iter=n_iter,
+        history=history,
+        posterior=post,
+        y=y,
+    )

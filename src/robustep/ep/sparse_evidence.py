@@ -1,0 +1,62 @@
+"""Gradient of the FITC-EP evidence (docs/derivations/sparse.md §5).
+
+At a converged EP fixed point log Z_EP is stationary in the sites, so its total
+derivative is the explicit one (Seeger 2005; as :func:`robustep.ep.log_Z_gradient` for the
+dense prior).  With the FITC prior the kernel enters through K_mm, K_nm and diag(K_nn);
+:meth:`robustep.posterior.sparse.FITCSitePosterior.gradient_weights` gives the weights of
+their derivatives (eq. S14) and :mod:`robustep.posterior._kernels` contracts them with the
+kernel's derivatives in row chunks, O(n m (m + p d)) time and no n x n array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robustep.posterior._kernels import inducing_gradient_mm, theta_gradient_mm
+
+
+def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=True):
+    """Gradient of ``result.log_Z`` for a FITC prior built by ``FITCPrior.from_kernel``.
+
+    Parameters
+    ----------
+    result : converged :class:`robustep.ep.EPResult` whose posterior is a
+        :class:`~robustep.posterior.sparse.FITCSitePosterior`.
+    kernel : the scikit-learn kernel the prior was built from (log hyperparameters theta).
+    X : (n, d) training inputs (numpy, or the Dask array of a DaskFITCPrior, which uses its
+        own chunks); Z : (m, d) inducing inputs.
+    likelihood, y : the likelihood and targets of the run.
+    wrt_inducing : also return d log Z / d Z (analytic kernels only, see
+        :mod:`robustep.posterior._kernels`).
+
+    Returns
+    -------
+    grad_kernel : (p,) w.r.t. ``kernel.theta``.
+    grad_likelihood : (q,) w.r.t. the likelihood's log parameters
+        (``likelihood.hyperparameter_names``): (1/eta) sum_i d log Z^_i / d log theta_lik.
+    grad_inducing : (m, d) or None.
+    """
+    post = result.posterior
+    prior = post.prior
+    Z = np.asarray(Z, dtype=float)
+    # global part (K_mm) here, row part by the prior over its row chunks (numpy loops, or
+    # Dask tasks for posterior._dask.DaskFITCPrior)
+    M_diag, s, W_mm = post.gradient_sums()
+    g_theta, g_Z = prior.gradient_rows(
+        kernel, X, Z, post.alpha, post._beta, M_diag, s, post._A_inverse(), wrt_inducing
+    )
+    g_theta = g_theta + theta_gradient_mm(kernel, Z, W_mm)
+    if wrt_inducing:
+        g_Z = g_Z + inducing_gradient_mm(kernel, Z, W_mm)
+    if likelihood.hyperparameter_names:
+        valid = np.isfinite(result.cavity_var)
+        g = likelihood.tilted_log_Z_gradient(
+            np.asarray(y, dtype=float)[valid],
+            result.cavity_mean[valid],
+            result.cavity_var[valid],
+            result.power,
+        )
+        g_lik = np.sum(g, axis=0) / result.power
+    else:
+        g_lik = np.zeros(0)
+    return g_theta, g_lik, g_Z

@@ -1,0 +1,97 @@
+"""Device support of the estimators: the kernel matrix, the fit and the evidence gradient
+on a PyTorch device (``device="cpu"``, ``"cuda"``, ``"cuda:1"``), predictions back in numpy.
+
+With ``device`` set, :class:`robustep.estimators.GPClassifier` builds K on the device
+(:mod:`robustep._kernels_xp` for the stationary kernels; others by scikit-learn and
+moved), runs EP on an :class:`robustep.posterior.ArrayPrior` (every O(n^2) / O(n^3)
+operation on the device; the O(n) per-site work in numpy), and computes the evidence
+gradient on the device:
+
+    d log Z / d theta_j = sum_ik M_ik dK_j,ik,  M = 1/2 alpha alpha^T - 1/2 R,
+    R = (K + T~^-1)^-1
+
+(Seeger 2005; :func:`robustep.ep.log_Z_gradient`).  The functions take ``like`` (an
+array fixing namespace, dtype and device) so that they also run on any array-API
+library, e.g. array-api-strict in the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from robustep import _array_api as aa
+
+_DTYPES = ("float64", "float32")
+
+
+def torch_like(device, dtype="float64"):
+    """An empty torch tensor on ``device`` with ``dtype``: the template of all arrays."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(
+            f"device={device!r} needs PyTorch (and array-api-compat); install them with "
+            "`pip install robustep[torch]`, or use device=None (numpy)"
+        ) from exc
+    aa.compat()  # array-api-compat, with its own install advice
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+    try:
+        dev = torch.device(device)
+        like = torch.zeros(0, dtype=getattr(torch, dtype), device=dev)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        raise ValueError(
+            f"device={device!r} is not usable by PyTorch ({exc}); pass 'cpu', 'cuda', "
+            "'cuda:1', ... or None (numpy)"
+        ) from exc
+    return like
+
+
+def check_fit(estimator, y):
+    """What ``device`` supports (dense EP); returns the template array.
+
+    More than two classes: one-vs-rest fits its binary classifiers on the device; the
+    multinomial core runs in numpy (estimators/_multiclass.py does not use ``device``).
+    """
+    if estimator.method == "laplace":
+        raise ValueError("device is supported by the EP methods; use device=None with "
+                         "method='laplace'")  # fmt: skip
+    if getattr(estimator, "inducing_points", None) is not None:
+        raise ValueError("device is supported by the dense model; use device=None with "
+                         "inducing_points")  # fmt: skip
+    return torch_like(estimator.device, estimator.dtype)
+
+
+def prior(kernel, X, like, eval_gradient=False):
+    """(ArrayPrior of K(X, X) on ``like``'s device, [dK_j] or None)."""
+    from robustep._kernels_xp import kernel_matrix
+    from robustep.posterior import ArrayPrior
+
+    if eval_gradient:
+        K, grads = kernel_matrix(kernel, X, like=like, eval_gradient=True)
+    else:
+        K, grads = kernel_matrix(kernel, X, like=like), None
+    return ArrayPrior(K, check=False), grads
+
+
+def ep_gradient(result, grads):
+    """Explicit EP evidence gradient (p,) numpy, from the device posterior and [dK_j]."""
+    post = result.posterior
+    xp = post.xp
+    alpha = post.alpha_xp()
+    R = post.R_matrix_xp()
+    out = np.empty(len(grads))
+    for j, dK in enumerate(grads):
+        # 1/2 alpha^T dK alpha - 1/2 tr(R dK), R and dK symmetric
+        out[j] = 0.5 * float(alpha @ (dK @ alpha)) - 0.5 * float(xp.sum(R * dK))
+    return out
+
+
+def predict_latent(kernel, X, X_train, result, like):
+    """Latent predictive mean and variance (m,) numpy float64, computed on the device."""
+    from robustep._kernels_xp import kernel_matrix
+
+    K_cross = kernel_matrix(kernel, X, X_train, like=like)
+    k_diag = kernel.diag(np.asarray(X, dtype=float))
+    mean, var = result.predict(K_cross, k_diag)
+    return aa.to_numpy(mean), aa.to_numpy(var)

@@ -1,0 +1,455 @@
+"""Multi-class cores composed by :class:`~robustep.estimators.GPClassifier`.
+
+As scikit-learn's ``_gpc.py`` composes a binary core with a one-vs-rest wrapper, the public
+``GPClassifier`` hands data with more than two classes to one of two private cores:
+
+* :class:`MultinomialCore` — the multinomial probit likelihood with nested EP
+  (Riihimäki, Jylänki & Vehtari 2013; :func:`robustep.ep.multiclass.nested_ep`): c latent
+  GPs sharing one kernel, the evidence and its analytic gradient for the kernel's log
+  hyperparameters (L-BFGS-B, warm-started sites), and predictive class probabilities that
+  integrate over the latent predictive;
+* :func:`fit_one_vs_rest` — one binary ``GPClassifier`` per class (class k against the
+  rest), probabilities normalised over the classes as scikit-learn's one-vs-rest does.
+
+The cores know nothing of scikit-learn's estimator contract; ``GPClassifier`` validates
+input, maps labels to 0 .. c-1 and copies the results into its trailing-underscore
+attributes.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import optimize
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+
+__all__ = ["MultinomialCore", "fit_one_vs_rest", "multinomial_supported"]
+
+#: GPClassifier methods that nested EP implements
+MULTINOMIAL_METHODS = ("auto", "ep", "damped")
+
+
+def multinomial_supported(estimator) -> str | None:
+    """None if ``estimator``'s settings have a multinomial fit, else the reason (a sentence)."""
+    if estimator.likelihood != "probit":
+        return (
+            f"likelihood={estimator.likelihood!r} has no multinomial version here (the "
+            "multinomial likelihood is the multinomial probit)"
+        )
+    if estimator.method not in MULTINOMIAL_METHODS:
+        return (
+            f"method={estimator.method!r} is binary-only (nested EP supports 'auto', 'ep' "
+            "and 'damped')"
+        )
+    if estimator.schedule != "parallel":
+        return "nested EP updates its sites in parallel (schedule='parallel')"
+    if getattr(estimator, "inducing_points", None) is not None:
+        return "nested EP uses the dense prior (inducing_points=None)"
+    return None
+
+
+class MultinomialCore:
+    """Nested-EP multinomial probit GP classification on labels 0 .. c-1 (a private core).
+
+    Parameters mirror GPClassifier's: ``kernel`` (a scikit-learn kernel, shared by the c
+    latent GPs; the caller passes a clone), ``damping`` (float, or "adaptive": start at 0.3,
+    blocks of 50 iterations, the damping moving halfway to 1 after a block without
+    progress),
+    ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b" or None),
+    ``n_restarts_optimizer``, ``random_state``.
+
+    After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``.
+    """
+
+    def __init__(
+        self,
+        kernel,
+        *,
+        damping=0.0,
+        max_iter=1000,
+        tol=1e-4,
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.damping = damping
+        self.max_iter = max_iter
+        self.tol = tol
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.random_state = random_state
+
+    # ------------------------------------------------------------- inference
+    def _infer(self, K, init=None):
+        from robustep.ep.multiclass import nested_ep
+
+        if self.damping != "adaptive":
+            return nested_ep(
+                K,
+                self.y,
+                self.n_classes,
+                damping=float(self.damping),
+                max_iter=self.max_iter,
+                tol=self.tol,
+                init=init,
+                warn=False,
+            )
+        damping, block, total, best, res = 0.3, 50, 0, np.inf, None
+        while total < self.max_iter:
+            res = nested_ep(
+                K,
+                self.y,
+                self.n_classes,
+                damping=damping,
+                max_iter=min(block, self.max_iter - total),
+                tol=self.tol,
+                init=init,
+                warn=False,
+            )
+            total += res.n_iter
+            if res.converged or res.n_iter == 0:
+                break
+            last = float(res.history["max_change"][-1])
+            if not last < best:
+                damping = 0.5 * (1.0 + damping)
+            best = min(best, last)
+            init = (res.alpha, res.beta)
+        res.n_iter = total
+        return res
+
+    def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
+        kernel = self.kernel.clone_with_theta(theta)
+        if eval_gradient:
+            K, K_gradient = kernel(self.X, eval_gradient=True)
+        else:
+            K = kernel(self.X)
+        init = self._warm if warm else None
+        try:
+            res = self._infer(K, init=init)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        value = float(res.log_Z)
+        self._last_converged = bool(res.converged)
+        if warm and np.isfinite(value) and res.converged:
+            self._warm = (res.alpha, res.beta)
+            if value > self._best[0]:
+                self._best = (value, np.array(theta, dtype=float), res)
+        if not eval_gradient:
+            return value
+        if not np.isfinite(value):
+            return value, np.zeros_like(theta)
+        return value, np.asarray(res.log_Z_gradient(K_gradient), dtype=float)
+
+    def fit(self, X, y, n_classes):
+        """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""
+        self.X = np.asarray(X, dtype=float)
+        self.y = np.asarray(y, dtype=int)
+        self.n_classes = int(n_classes)
+        self._best = (-np.inf, None, None)
+        self._warm = None
+        if self.optimizer is not None and self.kernel.n_dims > 0:
+            self._optimise()
+        _, theta, res = self._best
+        self._best = self._warm = None
+        if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
+            res = self._infer(self.kernel(self.X))
+        self.result = res
+        return self
+
+    def _optimise(self):
+        def obj(theta):
+            self._last_converged = False
+            value, grad = self._evidence_and_gradient(theta, True, warm=True)
+            if not (np.isfinite(value) and np.all(np.isfinite(grad))) or not self._last_converged:
+                return 1e25, np.zeros_like(theta)
+            return -value, -grad
+
+        bounds = self.kernel.bounds
+        starts = [self.kernel.theta]
+        if self.n_restarts_optimizer > 0:
+            if not np.all(np.isfinite(bounds)):
+                raise ValueError(
+                    "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
+                )
+            rng = check_random_state(self.random_state)
+            starts += [
+                rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts_optimizer)
+            ]
+        best_theta, best_value = self.kernel.theta, np.inf
+        for start in starts:
+            self._warm = None
+            sol = optimize.minimize(obj, start, method="L-BFGS-B", jac=True, bounds=bounds)
+            if sol.fun < best_value:
+                best_theta, best_value = sol.x, sol.fun
+        if self._best[1] is not None and self._best[0] >= -best_value:
+            best_theta = self._best[1]
+        self.kernel = self.kernel.clone_with_theta(best_theta)
+
+    def log_marginal_likelihood(self, theta, eval_gradient=False):
+        """log Z_EP at log hyperparameters ``theta`` (and its gradient (p,))."""
+        return self._evidence_and_gradient(np.asarray(theta, dtype=float), eval_gradient)
+
+    # --------------------------------------------------------------- predict
+    def predict_latent(self, X):
+        """Latent predictive mean (m, c) and covariance (m, c, c) at X (m, d)."""
+        K_cross = self.kernel(X, self.X)
+        k_diag = self.kernel.diag(X)
+        mean, cov = self.result.predict(K_cross, k_diag)
+        mean = np.nan_to_num(mean, nan=0.0)
+        return mean, cov
+
+    def predict_proba(self, X):
+        """p(y* = k | data) (m, c) by integrating the multinomial probit over the latent
+        predictive (:meth:`MultinomialProbit.predictive_probabilities`); rows sum to 1."""
+        from robustep.likelihoods.multinomial_probit import MultinomialProbit
+
+        mean, cov = self.predict_latent(X)
+        return MultinomialProbit(self.n_classes).predictive_probabilities(mean, cov)
+
+
+def fit_one_vs_rest(estimator, X, y_index, n_classes):
+    """One binary GPClassifier per class (class k -> 1, the rest -> 0); list of fitted clones.
+
+    ``estimator`` is the (unfitted) GPClassifier whose parameters every binary fit uses.
+    """
+    estimators = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for k in range(n_classes):
+            est = clone(estimator)
+            estimators.append(est.fit(X, (y_index == k).astype(int)))
+    return estimators
+
+
+def one_vs_rest_proba(estimators, X):
+    """Probabilities (m, c): each binary classifier's p(class k), normalised over k."""
+    P = np.column_stack([est.predict_proba(X)[:, 1] for est in estimators])
+    total = P.sum(axis=1, keepdims=True)
+    uniform = np.full_like(P, 1.0 / P.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(total > 0, P / total, uniform)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# What GPClassifier calls (kept here so that gp_classifier.py only dispatches)
+# --------------------------------------------------------------------------------------
+def n_distinct_classes(y) -> int:
+    """Number of classes in ``y`` if it is a multi-class target (> 2 labels), else 0.
+
+    Continuous or otherwise invalid targets return 0, so that the binary path raises its
+    usual error (``binary_labels``) for them.
+    """
+    from sklearn.utils.multiclass import type_of_target
+
+    try:
+        kind = type_of_target(y, input_name="y")
+    except ValueError:
+        return 0
+    return int(np.unique(y).size) if kind == "multiclass" else 0
+
+
+def _resolve(estimator, n_classes):
+    """'multinomial' or 'one_vs_rest' for ``estimator.multi_class`` on c > 2 classes."""
+    reason = multinomial_supported(estimator)
+    if estimator.multi_class == "one_vs_rest":
+        return "one_vs_rest"
+    if estimator.multi_class == "multinomial":
+        if reason is not None:
+            raise ValueError(
+                f"y contains {n_classes} classes and multi_class='multinomial', but {reason}. "
+                "Change that setting, or pass multi_class='one_vs_rest' (or 'auto', which "
+                "falls back to one-vs-rest)."
+            )
+        return "multinomial"
+    return "multinomial" if reason is None else "one_vs_rest"
+
+
+def forget_multiclass(estimator):
+    """Drop the attributes of a previous multi-class fit (before a binary fit)."""
+    for name in ("multi_class_", "estimators_"):
+        if name in vars(estimator):
+            delattr(estimator, name)
+
+
+#: fitted attributes set by validate_data before the multi-class fit starts
+_KEEP = ("n_features_in_", "feature_names_in_")
+
+
+def fit_multiclass(estimator, X, y):
+    """Fit ``estimator`` (a GPClassifier) on validated X (n, d) and y with > 2 classes.
+
+    Sets the estimator's fitted attributes and returns it.  Attributes (beyond the binary
+    ones' names): ``classes_`` (c,), ``multi_class_`` ("multinomial" / "one_vs_rest");
+    multinomial: ``kernel_`` (shared by the c latent GPs), ``site_precision_`` (n, c, c),
+    ``site_shift_`` (n, c), ``log_marginal_likelihood_value_`` (nested EP's log Z_EP);
+    one-vs-rest: ``estimators_`` (c binary GPClassifiers), ``kernel_`` (a CompoundKernel of
+    their kernels, as scikit-learn's), ``log_marginal_likelihood_value_`` (their mean).
+    """
+    from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel
+    from sklearn.utils.multiclass import check_classification_targets
+
+    from robustep._config import blas_thread_limit
+    from robustep._validation import _advised
+
+    try:
+        check_classification_targets(y)
+    except ValueError as exc:  # pragma: no cover - n_distinct_classes filtered these
+        new = _advised(exc)
+        raise (exc if new is None else new) from exc
+    classes, y_index = np.unique(y, return_inverse=True)
+    c = classes.size
+    mode = _resolve(estimator, c)
+    if estimator.likelihood == "probit" and estimator.label_noise != 0:
+        raise ValueError("label_noise applies to likelihood='step'; set label_noise=0 for 'probit'")
+    for name in list(vars(estimator)):  # fitted attributes of a previous (binary) fit
+        if name.endswith("_") and not name.startswith("_") and name not in _KEEP:
+            delattr(estimator, name)
+    estimator.classes_ = classes
+    estimator.X_train_ = np.asarray(X, dtype=float)
+    estimator.multi_class_ = mode
+    if mode == "one_vs_rest":
+        estimators = fit_one_vs_rest(estimator, X, y_index, c)
+        estimator.estimators_ = estimators
+        estimator.kernel_ = CompoundKernel([est.kernel_ for est in estimators])
+        estimator.converged_ = all(est.converged_ for est in estimators)
+        estimator.n_iter_ = int(max(est.n_iter_ for est in estimators))
+        estimator.log_marginal_likelihood_value_ = float(
+            np.mean([est.log_marginal_likelihood_value_ for est in estimators])
+        )
+        used = {getattr(est, "method_used_", estimator.method) for est in estimators}
+        estimator.method_used_ = used.pop() if len(used) == 1 else "mixed"
+        estimator._mc = _OneVsRest(estimators)
+    else:
+        kernel = (
+            ConstantKernel(1.0) * RBF(1.0) if estimator.kernel is None else clone(estimator.kernel)
+        )
+        # parallel nested EP without damping oscillates for large kernel amplitudes
+        # (docs/derivations/multiclass.md §3): "ep" uses the adaptive damping schedule
+        damping = "adaptive" if estimator.method in ("auto", "ep") else estimator.damping
+        core = MultinomialCore(
+            kernel,
+            damping=damping,
+            max_iter=estimator.max_iter,
+            tol=estimator.tol,
+            optimizer=estimator.optimizer,
+            n_restarts_optimizer=estimator.n_restarts_optimizer,
+            random_state=estimator.random_state,
+        )
+        with blas_thread_limit(X.shape[0]):
+            core.fit(X, y_index, c)
+        res = core.result
+        estimator.kernel_ = core.kernel
+        estimator.converged_ = bool(res.converged)
+        estimator.n_iter_ = int(res.n_iter)
+        estimator.log_marginal_likelihood_value_ = float(res.log_Z)
+        estimator.site_precision_ = np.array(res.site_precision)
+        estimator.site_shift_ = np.array(res.site_shift)
+        estimator.method_used_ = "damped"
+        estimator._mc = _Multinomial(core)
+    if not estimator.converged_:
+        hint = (
+            "method='damped' (damping='adaptive'), a larger max_iter or a larger tol"
+            if mode == "multinomial"
+            else "method='damped', a larger max_iter or a larger tol"
+        )
+        warnings.warn(
+            f"{mode} {estimator.method} inference on {c} classes did not converge "
+            f"({estimator.n_iter_} iterations, max_iter={estimator.max_iter}, "
+            f"tol={estimator.tol}); the last finite state is kept. Try {hint}.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return estimator
+
+
+class _Multinomial:
+    """GPClassifier's public methods for a multinomial fit."""
+
+    def __init__(self, core):
+        self.core = core
+
+    @staticmethod
+    def _X(estimator, X):
+        from sklearn.utils.validation import check_is_fitted
+
+        from robustep.estimators.gp_classifier import _validate
+
+        check_is_fitted(estimator)
+        return _validate(estimator, X, reset=False)
+
+    def predict_proba(self, estimator, X):
+        return self.core.predict_proba(self._X(estimator, X))
+
+    def decision_function(self, estimator, X):
+        """log predictive probabilities (m, c): argmax is ``predict``."""
+        p = self.predict_proba(estimator, X)
+        with np.errstate(divide="ignore"):
+            return np.log(p)
+
+    def predict_latent(self, estimator, X, return_std=False):
+        mean, cov = self.core.predict_latent(self._X(estimator, X))
+        if not return_std:
+            return mean
+        var = np.diagonal(cov, axis1=1, axis2=2)
+        return mean, np.sqrt(np.maximum(np.nan_to_num(var, nan=0.0), 0.0))
+
+    def log_marginal_likelihood(self, estimator, theta, eval_gradient):
+        self.core.kernel = estimator.kernel_
+        return self.core.log_marginal_likelihood(theta, eval_gradient)
+
+
+class _OneVsRest:
+    """GPClassifier's public methods for a one-vs-rest fit."""
+
+    def __init__(self, estimators):
+        self.estimators = estimators
+
+    def predict_proba(self, estimator, X):
+        _Multinomial._X(estimator, X)
+        return one_vs_rest_proba(self.estimators, X)
+
+    def decision_function(self, estimator, X):
+        """Each binary classifier's score (m, c) (argmax is ``predict``)."""
+        _Multinomial._X(estimator, X)
+        return np.column_stack([est.decision_function(X) for est in self.estimators])
+
+    def predict_latent(self, estimator, X, return_std=False):
+        _Multinomial._X(estimator, X)
+        out = [est.predict_latent(X, return_std=True) for est in self.estimators]
+        mean = np.column_stack([o[0] for o in out])
+        if not return_std:
+            return mean
+        return mean, np.column_stack([o[1] for o in out])
+
+    def log_marginal_likelihood(self, estimator, theta, eval_gradient):
+        """Mean over the binary classifiers of their log Z at theta.
+
+        theta : (c p,) one block of p log hyperparameters per class, in the order of
+        ``classes_`` (``kernel_.theta`` of the CompoundKernel), or (p,) shared by all.
+        """
+        c = len(self.estimators)
+        p = self.estimators[0].kernel_.n_dims
+        theta = np.asarray(theta, dtype=float)
+        if theta.shape == (c * p,):
+            thetas = theta.reshape(c, p)
+        elif theta.shape == (p,):
+            thetas = np.tile(theta, (c, 1))
+        else:
+            raise ValueError(
+                f"theta must have {c * p} entries (kernel_.theta: {p} per class) or {p} "
+                f"(shared by the {c} classes); got shape {theta.shape}"
+            )
+        vals = [
+            est.log_marginal_likelihood(t, eval_gradient)
+            for est, t in zip(self.estimators, thetas, strict=True)
+        ]
+        if not eval_gradient:
+            return float(np.mean(vals))
+        grads = np.array([v[1] for v in vals])  # (c, p): d mean / d block k = grad_k / c
+        grad = grads.mean(axis=0) if theta.shape == (p,) else grads.reshape(-1) / c
+        return float(np.mean([v[0] for v in vals])), grad

@@ -1,0 +1,512 @@
+"""Sparse (FITC inducing-point) fitting for GPClassifier and StudentTGPRegressor.
+
+The estimators call into this module when ``inducing_points`` is not None; with None they
+keep their dense code path untouched.  The model is the FITC prior
+(:class:`robustep.posterior.sparse.FITCPrior`, docs/derivations/sparse.md): EP runs on it
+unchanged (parallel schedule, damping, power, robust double loop), the evidence gradient
+w.r.t. the kernel's log hyperparameters, the likelihood's log parameters and the inducing
+inputs is :func:`robustep.ep.sparse_evidence.fitc_log_Z_gradient`, and predictions are
+made in row batches (O(batch * m) memory, never an n x n or p x n array).
+
+Inducing inputs: an int m gives the centres of ``MiniBatchKMeans(m)`` on the training
+inputs (seeded by ``random_state``), an (m, d) array gives them directly; with an optimizer
+and ``optimize_inducing=True`` they are optimised jointly with the hyperparameters by
+L-BFGS-B.  The jitter added to K_mm is fixed for a whole fit at 1e-6 times the mean prior
+variance of the initial inducing inputs, so that every evaluation of the optimiser uses
+the same model and the gradient is exact for it.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from scipy import optimize
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
+from robustep.posterior.sparse import FITCPrior
+
+#: largest number of rows the k-means of a Dask fit (int inducing_points) is run on
+DASK_KMEANS_ROWS = 50_000
+
+#: rows per prediction batch (K(X_batch, Z) is batch x m)
+PREDICT_BATCH = 4096
+#: jitter on K_mm relative to the mean prior variance at the initial inducing inputs
+RELATIVE_JITTER = 1e-6
+_PENALTY = 1e25
+
+GPC_SPARSE_METHODS = ("auto", "ep", "damped", "power", "rep")
+TGP_SPARSE_METHODS = ("auto", "ep", "fractional")
+
+
+# --------------------------------------------------------------------------- validation
+def is_dask_input(X) -> bool:
+    """Whether X is a dask.array (fit then runs the sparse model chunk by chunk)."""
+    return is_dask_array(X)
+
+
+def validate_dask(est, X, y, *, classifier=False):
+    """Validate Dask training data for ``est.fit``; returns (X (dask), y (numpy)).
+
+    X must be a 2-D dask array chunked by rows, y a 1-D array (numpy or dask chunked like
+    X's rows); both finite.  Sets ``n_features_in_``.  Dask inputs need the sparse model.
+    """
+    if est.inducing_points is None:
+        raise ValueError(
+            "Dask inputs need the sparse model: pass inducing_points (an int m or an (m, "
+            "n_features) array), or compute X and y into memory for the dense model"
+        )
+    check_dask_inputs(X, y)
+    import dask
+    import dask.array as da
+
+    y = np.asarray(y.compute() if is_dask_array(y) else y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    finite_X = da.isfinite(X).all()
+    (finite_X,) = dask.compute(finite_X)
+    if not finite_X:
+        raise ValueError("X contains NaN or inf; remove or impute those rows before fit")
+    if not classifier:
+        y = y.astype(float)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or inf; remove those rows before fit")
+    if X.shape[0] < 1:
+        raise ValueError("X is empty: pass at least one sample")
+    est.n_features_in_ = int(X.shape[1])
+    return X, y
+
+
+def check_inducing_gradient(est, kernel):
+    """With an optimizer and optimize_inducing, the kernel needs an analytic d/dZ."""
+    from robustep.posterior._kernels import supports_input_gradient
+
+    if est.optimizer is not None and est.optimize_inducing and not supports_input_gradient(kernel):
+        raise ValueError(
+            f"optimize_inducing=True needs the kernel's derivative with respect to the inducing "
+            f"inputs, which is implemented for RBF, Matern (nu in 0.5, 1.5, 2.5, inf), "
+            f"RationalQuadratic, ConstantKernel, WhiteKernel and their sums and products, not "
+            f"for {kernel}; pass optimize_inducing=False (the hyperparameters are still "
+            "optimised)"
+        )
+
+
+def _prior(kernel, X, Z, jitter):
+    """The FITC prior of ``kernel``: in memory, or over X's chunks for a Dask X."""
+    if is_dask_array(X):
+        return DaskFITCPrior(kernel, X, Z, jitter=jitter)
+    return FITCPrior.from_kernel(kernel, X, Z, jitter=jitter)
+
+
+def resolve_inducing_points(inducing_points, X, random_state):
+    """Inducing inputs Z (m, d) from ``inducing_points`` (int m or (m, d) array), or None.
+
+    int m: the m cluster centres of MiniBatchKMeans on X (seeded by ``random_state``;
+    m = n gives X itself).  Raises ValueError with what to do for m < 1, m > n, NaN or inf,
+    and a wrong number of features.
+    """
+    if inducing_points is None:
+        return None
+    n, d = X.shape
+    if isinstance(inducing_points, numbers.Integral) and not isinstance(inducing_points, bool):
+        m = int(inducing_points)
+        _check_m(m, n)
+        if is_dask_array(X):
+            # k-means on at most DASK_KMEANS_ROWS rows drawn with random_state
+            from sklearn.utils import check_random_state
+
+            rng = check_random_state(random_state)
+            k = min(n, DASK_KMEANS_ROWS)
+            idx = np.sort(rng.choice(n, k, replace=False)) if k < n else np.arange(n)
+            X = np.asarray(X[idx].compute(), dtype=float)
+            n = X.shape[0]
+        if m == n:
+            return np.array(X, dtype=float)
+        from sklearn.cluster import MiniBatchKMeans
+
+        km = MiniBatchKMeans(
+            n_clusters=m, random_state=_seed_of(random_state), n_init=3, batch_size=max(1024, 3 * m)
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            km.fit(X)
+        Z = np.asarray(km.cluster_centers_, dtype=float)
+        return _deduplicate(Z, X, random_state)
+    if isinstance(inducing_points, (bool, numbers.Real, str)):
+        raise ValueError(
+            "inducing_points must be None, an int m (number of k-means inducing inputs) or an "
+            f"(m, n_features) array, got {inducing_points!r}"
+        )
+    try:
+        Z = np.array(inducing_points, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            "inducing_points must be None, an int or an (m, n_features) array of numbers"
+        ) from err
+    if Z.ndim != 2:
+        raise ValueError(
+            f"inducing_points must be a 2-D (m, n_features) array, got shape {Z.shape}; for one "
+            "feature use Z.reshape(-1, 1)"
+        )
+    if Z.shape[1] != d:
+        raise ValueError(
+            f"inducing_points has {Z.shape[1]} features but X has {d}; pass an array of shape "
+            f"(m, {d})"
+        )
+    _check_m(Z.shape[0], n)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(
+            "inducing_points contains NaN or inf; pass finite inducing inputs (or an int m "
+            "for k-means centres)"
+        )
+    return Z
+
+
+def _check_m(m, n):
+    if m < 1:
+        raise ValueError(
+            f"inducing_points must be at least 1, got {m}; pass e.g. inducing_points=256, or "
+            "None for the dense model"
+        )
+    if m > n:
+        raise ValueError(
+            f"inducing_points={m} exceeds the number of training points ({n}); pass at most "
+            f"{n} (m = n reproduces the dense model), or None for the dense model"
+        )
+
+
+def _seed_of(random_state):
+    from sklearn.utils import check_random_state
+
+    return check_random_state(random_state).randint(np.iinfo(np.int32).max)
+
+
+def _deduplicate(Z, X, random_state):
+    """Replace (numerically) duplicated k-means centres by distinct training inputs."""
+    _, idx = np.unique(np.round(Z, 12), axis=0, return_index=True)
+    if idx.size == Z.shape[0]:
+        return Z
+    from sklearn.utils import check_random_state
+
+    rng = check_random_state(random_state)
+    keep = Z[np.sort(idx)]
+    extra = np.asarray(X[np.sort(rng.choice(X.shape[0], Z.shape[0] - keep.shape[0],
+                                            replace=False))], dtype=float)  # fmt: skip
+    return np.vstack([keep, extra])
+
+
+def fixed_jitter(kernel, Z):
+    """The absolute K_mm jitter of a fit: RELATIVE_JITTER * mean prior variance at Z."""
+    scale = float(np.mean(kernel.diag(Z)))
+    return RELATIVE_JITTER * (scale if np.isfinite(scale) and scale > 0 else 1.0)
+
+
+# --------------------------------------------------------------------------- predictions
+def latent_moments(result, kernel, Z, X, *, batch=PREDICT_BATCH):
+    """FITC predictive latent mean (p,) and variance (p,) at X (p, d), in row batches."""
+    p = X.shape[0]
+    mean, var = np.empty(p), np.empty(p)
+    for start in range(0, p, batch):
+        rows = slice(start, min(start + batch, p))
+        mean[rows], var[rows] = result.predict(kernel(X[rows], Z), kernel.diag(X[rows]))
+    return mean, var
+
+
+# --------------------------------------------------------------------------- optimiser
+class _Objective:
+    """-log Z and its gradient over x = [kernel theta, likelihood log params, vec(Z)]."""
+
+    def __init__(self, infer, gradient, kernel, Z, n_lik, optimize_inducing, lik_from):
+        self.infer = infer  # infer(kernel, Z, lik_params, init) -> EPResult
+        self.gradient = gradient  # gradient(res, kernel, Z, lik_params, wrt_Z) -> (gk, gl, gZ)
+        self.kernel = kernel
+        self.Z0 = Z
+        self.p = kernel.theta.size
+        self.n_lik = n_lik
+        self.opt_Z = optimize_inducing
+        self.lik_from = lik_from
+        self.warm = None
+        self.best = (np.inf, None, None)
+
+    def unpack(self, x):
+        kernel = self.kernel.clone_with_theta(x[: self.p])
+        lik = x[self.p : self.p + self.n_lik]
+        Z = x[self.p + self.n_lik :].reshape(self.Z0.shape) if self.opt_Z else self.Z0
+        return kernel, lik, Z
+
+    def __call__(self, x):
+        kernel, lik, Z = self.unpack(x)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+                res = self.infer(kernel, Z, lik, self.warm)
+            value = float(res.log_Z)
+            if not (np.isfinite(value) and res.converged):
+                raise FloatingPointError
+            gk, gl, gZ = self.gradient(res, kernel, Z, lik, self.opt_Z)
+            grad = np.concatenate([gk, gl, gZ.ravel() if self.opt_Z else []])
+            if not np.all(np.isfinite(grad)):
+                raise FloatingPointError
+        except (np.linalg.LinAlgError, ArithmeticError, ValueError):
+            # failed inference: a quadratic bowl around the best point so far lets the
+            # L-BFGS-B line search backtrack smoothly
+            self.warm = None
+            fb, xb, _ = self.best
+            xb = x if xb is None else xb
+            fb = _PENALTY if not np.isfinite(fb) else fb
+            d = x - xb
+            return fb + 1e3 * (1.0 + float(d @ d)), 2e3 * d
+        self.warm = (res.site_precision, res.site_shift)
+        if -value < self.best[0]:
+            self.best = (-value, x.copy(), res)
+        return -value, -grad
+
+
+def optimise(objective, x0, bounds, starts=(), maxiter=200):
+    """L-BFGS-B from x0 and each extra start; returns (x_best, value, result) of the best."""
+    best = (np.inf, x0, None)
+    for start in [x0, *starts]:
+        objective.warm = None
+        objective.best = (np.inf, None, None)
+        out = optimize.minimize(
+            objective, start, jac=True, method="L-BFGS-B", bounds=bounds,
+            options={"maxiter": maxiter},
+        )  # fmt: skip
+        f, x, res = objective.best
+        if x is None:
+            f, x = float(out.fun), np.asarray(out.x, float)
+        if f < best[0]:
+            best = (f, x, res)
+    return best[1], best[0], best[2]
+
+
+def _free_bounds(Z, optimize_inducing):
+    return [(None, None)] * (Z.size if optimize_inducing else 0)
+
+
+# --------------------------------------------------------------------------- classifier
+def check_classifier(est):
+    """Raise ValueError for options the sparse classifier does not support."""
+    if getattr(est, "device", None) is not None:
+        raise ValueError(
+            "device and inducing_points cannot be combined yet; use device=None with "
+            "inducing_points, or inducing_points=None with device"
+        )
+    if est.method not in GPC_SPARSE_METHODS:
+        raise ValueError(
+            f"method={est.method!r} has no sparse (inducing-point) version; with "
+            f"inducing_points use method in {GPC_SPARSE_METHODS}, or inducing_points=None for "
+            f"method={est.method!r}"
+        )
+    if est.schedule != "parallel":
+        raise ValueError(
+            "schedule='sequential' needs the (n, n) posterior covariance, which the sparse "
+            "model never forms; use schedule='parallel' with inducing_points (or "
+            "inducing_points=None)"
+        )
+
+
+def fit_classifier(est):
+    """Sparse GPClassifier.fit after validation: sets the fitted attributes, returns est."""
+    from robustep._config import blas_thread_limit
+    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
+
+    check_classifier(est)
+    check_inducing_gradient(est, est.kernel_)
+    X = est.X_train_
+    Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
+    jitter = fixed_jitter(est.kernel_, Z)
+    est._sparse_jitter = jitter
+    lik = est._likelihood_obj
+    y = est._y_pm
+
+    def infer(kernel, Z, _lik, init):
+        return est._infer(_prior(kernel, X, Z, jitter), init=init)
+
+    def gradient(res, kernel, Z, _lik, wrt_Z):
+        gk, _, gZ = fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+        return gk, np.zeros(0), gZ
+
+    opt_Z = bool(est.optimize_inducing)
+    with blas_thread_limit(X.shape[0]):
+        res = None
+        if est.optimizer is not None and (est.kernel_.n_dims > 0 or opt_Z):
+            obj = _Objective(infer, gradient, est.kernel_, Z, 0, opt_Z, None)
+            x0 = np.concatenate([est.kernel_.theta, Z.ravel() if opt_Z else []])
+            kb = [tuple(b) for b in np.asarray(est.kernel_.bounds).reshape(-1, 2)]
+            bounds = kb + _free_bounds(Z, opt_Z)
+            starts = []
+            if est.n_restarts_optimizer > 0:
+                kbounds = np.asarray(est.kernel_.bounds)
+                if not np.all(np.isfinite(kbounds)):
+                    raise ValueError(
+                        "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
+                    )
+                from sklearn.utils import check_random_state
+
+                rng = check_random_state(est.random_state)
+                for _ in range(est.n_restarts_optimizer):
+                    s = x0.copy()
+                    s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
+                    starts.append(s)
+            x, _, best_res = optimise(obj, x0, bounds, starts)
+            kernel, _, Z = obj.unpack(x)
+            est.kernel_ = kernel
+            init = None if best_res is None else (best_res.site_precision, best_res.site_shift)
+        else:
+            init = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            res = infer(est.kernel_, Z, None, init)
+    est.inducing_points_ = np.array(Z, dtype=float)
+    est._result = res
+    est.converged_ = bool(res.converged)
+    est.n_iter_ = int(res.n_iter)
+    est.log_marginal_likelihood_value_ = float(res.log_Z)
+    est.site_precision_ = np.asarray(res.site_precision, dtype=float).copy()
+    est.site_shift_ = np.asarray(res.site_shift, dtype=float).copy()
+    if est.method == "rep":
+        info = getattr(res, "site_info", None) or {}
+        est.relaxation_b_ = np.asarray(info.get("b", np.zeros(X.shape[0])), dtype=float).copy()
+    est.method_used_ = getattr(res, "method_used", est.method)
+    try:  # leave-one-out diagnostics from the cavities, as for the dense model
+        from robustep import diagnostics
+
+        diagnostics.set_classifier_loo(est, res, lik, y)
+    except ImportError:  # pragma: no cover - diagnostics not available
+        pass
+    if not est.converged_ and est.method == "auto":
+        warnings.warn(res.message, ConvergenceWarning, stacklevel=3)
+    elif not est.converged_:
+        others = [f"method={m!r}" for m in ("damped", "power") if m != est.method]
+        warnings.warn(
+            f"sparse {est.method} inference did not converge ({est.n_iter_} iterations, "
+            f"max_iter={est.max_iter}, tol={est.tol}); the last finite state is kept. Try "
+            f"{', '.join(others)}, a larger max_iter or a larger tol.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return est
+
+
+def classifier_log_marginal_likelihood(est, theta, eval_gradient):
+    """GPClassifier.log_marginal_likelihood(theta) for a sparse fit (inducing inputs fixed)."""
+    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
+
+    kernel = est.kernel_.clone_with_theta(np.asarray(theta, dtype=float))
+    Z = est.inducing_points_
+    X = est.X_train_
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = est._infer(_prior(kernel, X, Z, est._sparse_jitter))
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+    value = float(res.log_Z)
+    if not eval_gradient:
+        return value
+    gk, _, _ = fitc_log_Z_gradient(
+        res, kernel, X, Z, est._likelihood_obj, est._y_pm, wrt_inducing=False
+    )
+    return value, gk
+
+
+# --------------------------------------------------------------------------- regressor
+def check_regressor(est):
+    if est.method not in TGP_SPARSE_METHODS:
+        raise ValueError(
+            f"method={est.method!r} has no sparse (inducing-point) version; with "
+            f"inducing_points use method in {TGP_SPARSE_METHODS}, or inducing_points=None for "
+            f"method={est.method!r}"
+        )
+    if est.df_grid is not None and est.df_grid is not False:
+        raise ValueError(
+            "df_grid (EP3) is not available with inducing_points; use optimize_df=True "
+            "(EP2) or inducing_points=None"
+        )
+    if callable(est.optimizer):
+        raise ValueError(
+            "a callable optimizer is not supported with inducing_points; use "
+            "optimizer='fmin_l_bfgs_b' or None"
+        )
+
+
+def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
+    """Sparse StudentTGPRegressor fit (targets already standardised in ``est._y``).
+
+    Sets ``est._components``, ``est._weights`` and ``est.inducing_points_`` (the caller
+    then sets the common attributes).  Type-II MAP over (log theta, log sigma[, log nu],
+    Z) as in the dense regressor, EP warm-started at tol ``search_tol`` during the search,
+    the final fit at tol 1e-4.
+    """
+    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
+    from robustep.likelihoods import StudentT
+
+    check_regressor(est)
+    check_inducing_gradient(est, kernel)
+    X, y = est._X, est._y
+    Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
+    jitter = fixed_jitter(kernel, Z)
+    df, scale = float(est.df), float(est.scale)
+    fit_df = bool(est.optimize_df)
+
+    def lik_of(lp):
+        s = float(np.exp(min(lp[0], 700.0)))
+        d = float(np.exp(lp[1])) if fit_df else df
+        return StudentT(df=d, scale=s)
+
+    def infer_at(kernel, Z, lik, warm, max_iter=1000, tol=1e-4):
+        prior = _prior(kernel, X, Z, jitter)
+        return est._infer(prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol)
+
+    def infer(kernel, Z, lp, init):
+        return infer_at(kernel, Z, lik_of(lp), init, max_iter=100, tol=search_tol)
+
+    def gradient(res, kernel, Z, lp, wrt_Z):
+        lik = lik_of(lp)
+        gk, gl, gZ = fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+        g = dict(zip(lik.hyperparameter_names, gl, strict=True))
+        return gk, np.array([g["scale"]] + ([g["df"]] if fit_df else [])), gZ
+
+    opt_Z = bool(est.optimize_inducing)
+    lik = StudentT(df=df, scale=scale)
+    res = None
+    if est.optimizer is not None:
+        p = kernel.theta.size
+        n_lik = 2 if fit_df else 1
+        obj = _Objective(infer, gradient, kernel, Z, n_lik, opt_Z, lik_of)
+        bounds = np.vstack(
+            [
+                np.asarray(kernel.bounds, float).reshape(-1, 2),
+                np.log([scale_bounds]),
+                np.log([df_bounds]) if fit_df else np.zeros((0, 2)),
+            ]
+        )
+        opt_bounds = [tuple(b) for b in bounds]
+        opt_bounds[p] = (bounds[p, 0], None)  # open upper bound of log sigma, as the dense fit
+        x0 = np.concatenate([kernel.theta, [np.log(scale)], [np.log(df)] if fit_df else []])
+        x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
+        starts = []
+        for _ in range(est.n_restarts_optimizer):
+            s = x0.copy()
+            lo = np.maximum(bounds[:p, 0], x0[:p] - 2.0)
+            hi = np.minimum(bounds[:p, 1], x0[:p] + 2.0)
+            s[:p] = rng.uniform(lo, hi)
+            starts.append(np.concatenate([s, Z.ravel() if opt_Z else []]))
+        x0 = np.concatenate([x0, Z.ravel() if opt_Z else []])
+        x, _, best = optimise(obj, x0, opt_bounds + _free_bounds(Z, opt_Z), starts)
+        est._record_bounds(kernel, x[: p + n_lik], bounds, fit_df)
+        kernel, lp, Z = obj.unpack(x)
+        lik = lik_of(lp)
+        warm = best
+    else:
+        warm = None
+    res = infer_at(kernel, Z, lik, warm)
+    est.inducing_points_ = np.array(Z, dtype=float)
+    est._components = [{"kernel": kernel, "df": float(lik.df), "scale": float(lik.scale),
+                        "res": res}]  # fmt: skip
+    est._weights = np.ones(1)

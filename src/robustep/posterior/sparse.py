@@ -1,0 +1,481 @@
+"""Sparse (inducing-point) posterior: the FITC prior times Gaussian sites, O(n m^2).
+
+The FITC prior (Snelson & Ghahramani 2006; EP with it: Naish-Guzman & Holden 2007) over n
+latent values with m inducing inputs is
+
+    K~ = Q_nn + diag(K_nn - Q_nn),   Q_nn = K_nm K_mm^-1 K_mn,
+
+written as ``K~ = Lambda + V V^T`` with ``V = K_nm L_mm^-T`` (n, m), ``L_mm L_mm^T = K_mm``
+and ``Lambda = diag(K_nn) - rowsum(V^2)`` (n,).  Every quantity the EP engine needs follows
+from the latent-variable form f = V u + g, u ~ N(0, I_m), g_i ~ N(0, Lambda_i): integrating
+each g_i against its site leaves a Gaussian factor on u with precision
+``beta_i = tau~_i / (1 + Lambda_i tau~_i)`` and shift ``gamma_i = nu~_i / (1 + Lambda_i tau~_i)``
+(docs/derivations/sparse.md eqs. S4–S6).  So
+
+    A = I_m + V^T diag(beta) V = L_A L_A^T,      m_u = A^-1 V^T gamma,
+    mean_i = c_i (v_i^T m_u + Lambda_i nu~_i),     c_i = 1 / (1 + Lambda_i tau~_i),
+    var_i  = c_i^2 v_i^T A^-1 v_i + c_i Lambda_i,
+    log|I + K~ T~| = sum_i log(1 + Lambda_i tau~_i) + log|A|.
+
+Negative site precisions (Student-t outliers; Jylänki et al. 2011 §4) need no split
+factorisation: the posterior exists iff every ``1 + Lambda_i tau~_i > 0`` and A is positive
+definite (eq. S7), which one Cholesky of the m x m matrix A decides; otherwise
+:class:`~robustep.linalg.InvalidSiteConfiguration` is raised.  Every variance is a sum of
+non-negative terms (no cancellation).
+
+Cost per posterior: O(n m^2) time, one (n, m) array (V, held by the prior) plus
+(chunk, m) temporaries: all passes over the sites go through row chunks of V, so no n x n
+array and no second n x m array is ever formed.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.linalg
+from scipy.linalg import blas, lapack
+
+from robustep.linalg import InvalidSiteConfiguration, jittered_cholesky
+from robustep.posterior.base import GaussianPrior, SitePosterior
+
+# rows per chunk are chosen so that a (chunk, m) float64 temporary holds about this many
+# entries (16 MB)
+_CHUNK_ENTRIES = 1 << 21
+
+
+def row_chunks(n: int, m: int, entries: int | None = None):
+    """Slices covering range(n) in blocks of about ``entries / m`` rows (16 MB by default)."""
+    entries = _CHUNK_ENTRIES if entries is None else entries
+    step = max(1, int(entries // max(m, 1)))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _as_float_array(name, a, ndim):
+    try:
+        a = np.asarray(a, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric array") from err
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or inf; check the kernel and the inducing inputs")
+    return a
+
+
+class FITCPrior(GaussianPrior):
+    """FITC prior N(0, Q_nn + diag(K_nn - Q_nn)) over n latent values, m inducing inputs.
+
+    Parameters
+    ----------
+    K_mm : (m, m) prior covariance of the inducing values (symmetric positive definite
+        up to ``jitter``); not modified.
+    K_nm : (n, m) cross-covariances between training and inducing inputs; not modified,
+        not kept (only V = K_nm L_mm^-T is stored).
+    K_nn_diag : (n,) prior variances k(x_i, x_i) at the training inputs.
+    jitter : absolute value added to the diagonal of K_mm before its Cholesky factor is
+        taken (the model then uses K_mm + jitter I, also in gradients and predictions).
+        None (default): 0, and if K_mm is numerically singular, the smallest of the
+        jitters ``robustep.config`` tries (relative to mean diag K_mm); the value used is
+        the attribute ``jitter``.
+
+    Attributes
+    ----------
+    n, m : sizes.
+    jitter : the absolute jitter used.
+    L_mm : (m, m) lower Cholesky factor of K_mm + jitter I.
+    V : (n, m) K_nm L_mm^-T, so that Q_nn = V V^T.
+    Lambda : (n,) diag(K_nn - Q_nn) (rounding errors below 0 clipped to 0).
+
+    Notes
+    -----
+    ``supports_sequential`` is False: the sequential schedule needs the (n, n) posterior
+    covariance; use ``schedule="parallel"`` (every damping, power, robust and double-loop
+    option of :func:`robustep.ep.expectation_propagation` works).  Predictions use
+    ``posterior.predict(K_star_m, k_star_diag)``, the FITC predictive (eq. S10).
+    """
+
+    supports_sequential = False
+
+    def __init__(self, K_mm, K_nm, K_nn_diag, *, jitter=None):
+        K_mm = _as_float_array("K_mm", K_mm, 2)
+        K_nm = _as_float_array("K_nm", K_nm, 2)
+        K_nn_diag = _as_float_array("K_nn_diag", K_nn_diag, 1)
+        m = K_mm.shape[0]
+        if K_mm.shape != (m, m) or m == 0:
+            raise ValueError(f"K_mm must be a non-empty square (m, m) matrix, got {K_mm.shape}")
+        n = K_nn_diag.shape[0]
+        if n == 0:
+            raise ValueError("K_nn_diag is empty: pass at least one observation")
+        if K_nm.shape != (n, m):
+            raise ValueError(
+                f"K_nm must have shape (n, m) = ({n}, {m}) to match K_nn_diag and K_mm, got "
+                f"{K_nm.shape}"
+            )
+        if not np.allclose(K_mm, K_mm.T, rtol=1e-10, atol=1e-12 * np.max(np.abs(K_mm))):
+            raise ValueError("K_mm must be symmetric; symmetrise it, e.g. (K_mm + K_mm.T) / 2")
+        L_mm, jitter = _factor_kmm(K_mm, jitter)
+        V = np.empty((n, m))
+        for rows in row_chunks(n, m):
+            V[rows] = scipy.linalg.solve_triangular(
+                L_mm, K_nm[rows].T, lower=True, check_finite=False
+            ).T
+        self._set_factors(L_mm, V, K_nn_diag, jitter)
+
+    @classmethod
+    def from_kernel(cls, kernel, X, Z, *, jitter=None):
+        """FITC prior of a scikit-learn kernel at training inputs X (n, d), inducing Z (m, d).
+
+        K_mm = kernel(Z), K_nm = kernel(X, Z), K_nn_diag = kernel.diag(X); K_nm is computed
+        and whitened in row chunks, so only V (n, m) is ever held.  A WhiteKernel term
+        therefore enters K_mm's and K_nn's diagonals but not K_nm (it acts as jitter on the
+        inducing values and as extra independent noise in Lambda).
+        """
+        X = _as_float_array("X", X, 2)
+        Z = _as_float_array("Z (inducing inputs)", Z, 2)
+        if X.shape[1] != Z.shape[1]:
+            raise ValueError(
+                f"inducing inputs have {Z.shape[1]} features but X has {X.shape[1]}; pass "
+                "inducing points of shape (m, n_features)"
+            )
+        K_mm = np.asarray(kernel(Z), dtype=float)
+        if not np.all(np.isfinite(K_mm)):
+            raise ValueError("kernel(Z) contains NaN or inf; check the kernel hyperparameters")
+        L_mm, jitter = _factor_kmm(K_mm, jitter)
+        n, m = X.shape[0], Z.shape[0]
+        V = np.empty((n, m))
+        for rows in row_chunks(n, m):
+            K_cm = np.asarray(kernel(X[rows], Z), dtype=float)
+            V[rows] = scipy.linalg.solve_triangular(L_mm, K_cm.T, lower=True, check_finite=False).T
+        self = cls.__new__(cls)
+        self._set_factors(L_mm, V, np.asarray(kernel.diag(X), dtype=float), jitter)
+        return self
+
+    def _set_factors(self, L_mm, V, K_nn_diag, jitter):
+        self.L_mm = L_mm
+        self.V = V
+        self.jitter = float(jitter)
+        self.K_nn_diag = K_nn_diag
+        lam = np.empty(V.shape[0])
+        for rows in row_chunks(*V.shape):
+            lam[rows] = K_nn_diag[rows] - np.einsum("ij,ij->i", V[rows], V[rows])
+        scale = max(float(np.max(np.abs(K_nn_diag))), np.finfo(float).tiny)
+        if np.any(lam < -1e-6 * scale):
+            raise ValueError(
+                "diag(K_nn) is smaller than diag(Q_nn) = diag(K_nm K_mm^-1 K_mn): K_nn_diag is "
+                "inconsistent with K_nm and K_mm (compute all three from the same kernel)"
+            )
+        self.Lambda = np.maximum(lam, 0.0)
+
+    @property
+    def n(self) -> int:
+        return int(self.V.shape[0])
+
+    @property
+    def m(self) -> int:
+        return int(self.V.shape[1])
+
+    def posterior(self, site_precision, site_shift, *, need_var=True):
+        return FITCSitePosterior(self, site_precision, site_shift, need_var=need_var)
+
+    # ------------------------------------------------ block operations on V (row chunks)
+    # FITCSitePosterior touches V only through these; posterior/_dask.py overrides them
+    # with Dask tasks over V's row chunks.
+    def gram(self, beta, gamma):
+        """(V^T diag(beta) V (m, m), V^T gamma (m,)) in one pass over the rows."""
+        V = self.V
+        n, m = V.shape
+        G, b = np.zeros((m, m)), np.zeros(m)
+        for rows in row_chunks(n, m):
+            Vr = V[rows]
+            G += Vr.T @ (beta[rows, None] * Vr)
+            b += Vr.T @ gamma[rows]
+        return G, b
+
+    def project(self, g):
+        """V^T g, shape (m,)."""
+        V = self.V
+        b = np.zeros(V.shape[1])
+        for rows in row_chunks(*V.shape):
+            b += V[rows].T @ g[rows]
+        return b
+
+    def apply(self, u):
+        """V u, shape (n,)."""
+        V = self.V
+        out = np.empty(V.shape[0])
+        for rows in row_chunks(*V.shape):
+            out[rows] = V[rows] @ u
+        return out
+
+    def quad(self, L_inv):
+        """||L_inv v_i||^2 for every row v_i of V, shape (n,); L_inv (m, m) lower triangular."""
+        V = self.V
+        q = np.empty(V.shape[0])
+        for rows in row_chunks(*V.shape):
+            q[rows] = quad_block(V[rows], L_inv)
+        return q
+
+    def weighted_gram(self, alpha, d):
+        """(V^T alpha (m,), V^T diag(d) V (m, m)) in one pass."""
+        VDV, s = self.gram(d, alpha)
+        return s, VDV
+
+    def gradient_rows(self, kernel, X, Z, alpha, beta, M_diag, s, Ainv, wrt_Z):
+        """Row part of the evidence gradient (eq. S14, S15), summed over row chunks.
+
+        Returns (d/d theta (p,), d/d Z (m, d) or None) of <W_nm, dK_nm> + <w, d diag K_nn>;
+        see :func:`robustep.posterior._kernels.gradient_block`.
+        """
+        from robustep.posterior._kernels import gradient_block
+
+        V = self.V
+        g_theta, g_Z = 0.0, (np.zeros(Z.shape) if wrt_Z else None)
+        for rows in row_chunks(*V.shape):
+            gt, gz = gradient_block(
+                X[rows], V[rows], alpha[rows], beta[rows], M_diag[rows], s, Ainv, self.L_mm,
+                kernel, Z, wrt_Z,
+            )  # fmt: skip
+            g_theta = g_theta + gt
+            if wrt_Z:
+                g_Z += gz
+        return g_theta, g_Z
+
+    def dense_covariance(self):
+        """The (n, n) FITC covariance Q_nn + diag(Lambda): for tests on small n only."""
+        return self.V @ self.V.T + np.diag(self.Lambda)
+
+
+def _factor_kmm(K_mm, jitter):
+    if jitter is None:
+        L, added = jittered_cholesky(K_mm, warn=False)
+        return L, added
+    if not (isinstance(jitter, numbers.Real) and np.isfinite(jitter) and jitter >= 0):
+        raise ValueError(f"jitter must be a non-negative float or None, got {jitter!r}")
+    A = K_mm + float(jitter) * np.eye(K_mm.shape[0]) if jitter else K_mm
+    L, info = lapack.dpotrf(A, lower=1, clean=True)
+    if info != 0:
+        raise np.linalg.LinAlgError(
+            "K_mm + jitter I is not positive definite: the inducing inputs are (nearly) "
+            "duplicated or the kernel is degenerate; pass a larger jitter, remove duplicate "
+            "inducing points, or use jitter=None"
+        )
+    return L, float(jitter)
+
+
+class FITCSitePosterior(SitePosterior):
+    """Posterior of the FITC prior times Gaussian sites (docs/derivations/sparse.md).
+
+    Parameters
+    ----------
+    prior : :class:`FITCPrior`.
+    site_precision : (n,) tau~, any sign.
+    site_shift : (n,) nu~.
+    need_var : compute the marginal variances (default True).
+
+    Attributes
+    ----------
+    mean, var : (n,) posterior marginals (eqs. S8, S9).
+    alpha : (n,) nu~ - tau~ * mean, so that mean = K~ alpha.
+    log_det : log|I + K~ T~| (eq. S11).
+    n_negative : number of negative site precisions.
+    L_A : (m, m) Cholesky factor of A = I + V^T diag(beta) V (eq. S6).
+    u_mean : (m,) posterior mean of the whitened inducing values u (K_mm^1/2 u = f_m).
+
+    Raises
+    ------
+    InvalidSiteConfiguration
+        if some 1 + Lambda_i tau~_i <= 0 or A is not positive definite (eq. S7): the
+        posterior is improper.
+    """
+
+    def __init__(self, prior, site_precision, site_shift, *, need_var=True):
+        tau = np.asarray(site_precision, dtype=float)
+        nu = np.asarray(site_shift, dtype=float)
+        n, m = prior.V.shape
+        if tau.shape != (n,) or nu.shape != (n,):
+            raise ValueError(f"site_precision and site_shift must have shape ({n},)")
+        self.prior = prior
+        self.site_precision = tau
+        self.site_shift = nu
+        self.n_negative = int(np.count_nonzero(tau < 0))
+        lam = prior.Lambda
+        den = 1.0 + lam * tau  # eq. S5
+        if not np.all(den > 0):
+            bad = int(np.count_nonzero(~(den > 0)))
+            raise InvalidSiteConfiguration(
+                f"{bad} negative site precisions are below -1/Lambda_i (the FITC diagonal): "
+                "the posterior is improper"
+            )
+        c = 1.0 / den
+        self._c = c
+        self._beta = tau * c
+        G, b = prior.gram(self._beta, nu * c)
+        A = G + np.eye(m)  # eq. S6
+        L_A, info = lapack.dpotrf(A, lower=1, clean=True, overwrite_a=1)
+        if info != 0 or not np.all(np.isfinite(L_A)):
+            raise InvalidSiteConfiguration(
+                f"{self.n_negative} negative site precisions make the posterior covariance "
+                "indefinite"
+            )
+        self.L_A = L_A
+        self.log_det = float(np.sum(np.log(den)) + 2.0 * np.sum(np.log(np.diag(L_A))))  # S11
+        self._set_mean(nu, b)
+        self._quad = None
+        self._Ainv = None
+        self._L_inv = None
+        self.var = self._marginal_variances() if need_var else None
+
+    def _set_mean(self, nu, b=None):
+        """u_mean, mean (eq. S8) and alpha for site shifts nu (n,), O(n m).
+
+        ``b`` = V^T (c * nu) when already known (from the pass that formed A)."""
+        prior, c = self.prior, self._c
+        if b is None:
+            b = prior.project(nu * c)
+        self.u_mean = scipy.linalg.cho_solve((self.L_A, True), b, check_finite=False)
+        mean = c * (prior.apply(self.u_mean) + prior.Lambda * nu)  # eq. S8
+        if not np.all(np.isfinite(mean)):
+            raise InvalidSiteConfiguration("posterior mean is not finite")
+        self.mean = mean
+        self.alpha = nu - self.site_precision * mean
+
+    def with_site_shift(self, site_shift):
+        """The posterior with the same site precisions and new shifts nu~ (n,), in O(n m).
+
+        A, its factor, the variances and log|I + K~ T~| depend on the precisions only and
+        are shared; only ``u_mean``, ``mean`` and ``alpha`` are recomputed (the EP engine's
+        mean sweeps).
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.site_shift = np.asarray(site_shift, dtype=float)
+        new._set_mean(new.site_shift)
+        return new
+
+    def _L_A_inverse(self):
+        """L_A^-1 (m, m) lower triangular, cached."""
+        if self._L_inv is None:
+            self._L_inv = lapack.dtrtri(self.L_A, lower=1)[0]
+        return self._L_inv
+
+    def _A_inverse(self):
+        """A^-1 (m, m), cached."""
+        if self._Ainv is None:
+            Linv = self._L_A_inverse()
+            self._Ainv = Linv.T @ Linv
+        return self._Ainv
+
+    def quad_diag(self):
+        """q_i = v_i^T A^-1 v_i, shape (n,) (cached)."""
+        if self._quad is None:
+            self._quad = self.prior.quad(self._L_A_inverse())
+        return self._quad
+
+    def _marginal_variances(self):
+        c = self._c
+        var = c * c * self.quad_diag() + c * self.prior.Lambda  # eq. S9
+        if not np.all(var > 0):
+            raise InvalidSiteConfiguration(
+                "non-positive marginal posterior variance; the site configuration is invalid"
+            )
+        return var
+
+    def covariance(self):
+        raise NotImplementedError(
+            "the FITC posterior does not form the (n, n) covariance (O(n^2) memory); use "
+            "schedule='parallel', or `var` for the marginal variances"
+        )
+
+    # ----------------------------------------------------------------- predictions
+    def predict(self, K_cross, k_diag=None):
+        """FITC predictive moments of the latent f at p new inputs (eq. S10).
+
+        Parameters
+        ----------
+        K_cross : (p, m) prior covariances k(x*, z_j) between the new inputs and the
+            inducing inputs.
+        k_diag : (p,) prior variances k(x*, x*), or None for means only.
+
+        Returns
+        -------
+        mean : (p,)
+        var : (p,) or None;  var = k** - Q** + v*^T A^-1 v*,  v* = L_mm^-1 k_*m.
+        """
+        K_cross = np.asarray(K_cross, dtype=float)
+        m = self.prior.m
+        if K_cross.ndim != 2 or K_cross.shape[1] != m:
+            raise ValueError(f"K_cross must have shape (p, {m}) (new inputs x inducing inputs)")
+        p = K_cross.shape[0]
+        mean = np.empty(p)
+        var = None if k_diag is None else np.asarray(k_diag, dtype=float).copy()
+        for rows in row_chunks(p, m):
+            Vs = scipy.linalg.solve_triangular(
+                self.prior.L_mm, K_cross[rows].T, lower=True, check_finite=False
+            )  # (m, c)
+            mean[rows] = Vs.T @ self.u_mean
+            if var is not None:
+                W = scipy.linalg.solve_triangular(self.L_A, Vs, lower=True, check_finite=False)
+                var[rows] += np.einsum("ij,ij->j", W, W) - np.einsum("ij,ij->j", Vs, Vs)
+        if var is None:
+            return mean, None
+        return mean, np.maximum(var, 0.0)
+
+    # -------------------------------------------------------------- evidence gradient
+    def gradient_sums(self):
+        """What the gradient weights need beyond the rows (eq. S13, S14).
+
+        Returns (M_diag (n,), s = V^T alpha (m,), W_mm (m, m)) with
+        diag(M) = alpha^2 - R_ii, R_ii = beta_i - beta_i^2 v_i^T A^-1 v_i.
+        """
+        prior = self.prior
+        m = prior.m
+        alpha, beta = self.alpha, self._beta
+        R_diag = beta - beta * beta * self.quad_diag()  # eq. S13
+        M_diag = alpha * alpha - R_diag
+        s, VDV = prior.weighted_gram(alpha, M_diag)
+        Ainv = self._A_inverse()
+        # V^T M' V = s s^T - V^T B V A^-1 - V^T diag(M) V, and V^T B V A^-1 = I - A^-1
+        VMV = np.outer(s, s) - (np.eye(m) - Ainv) - VDV
+        VMV = 0.5 * (VMV + VMV.T)
+        # W_mm = -1/2 L_mm^-T (V^T M' V) L_mm^-1
+        L_mm = prior.L_mm
+        T1 = scipy.linalg.solve_triangular(L_mm, VMV, lower=True, trans=1, check_finite=False)
+        W_mm = -0.5 * scipy.linalg.solve_triangular(
+            L_mm, T1.T, lower=True, trans=1, check_finite=False
+        )
+        return M_diag, s, 0.5 * (W_mm + W_mm.T)
+
+    def gradient_weights(self):
+        """Weights of the explicit evidence gradient (docs/derivations/sparse.md eq. S14).
+
+        At an EP fixed point, for any parameter theta of K_mm, K_nm, diag(K_nn):
+
+            d log Z / d theta = <W_nm, dK_nm> + <W_mm, dK_mm> + <w_diag, d diag(K_nn)>,
+
+        with <.,.> the sum of elementwise products.  Returns ``(W_nm_rows, W_mm, w_diag)``:
+        ``W_nm_rows(rows)`` gives the (len(rows), m) block of W_nm for a row slice (the
+        whole W_nm is never held), ``W_mm`` (m, m) symmetric, ``w_diag`` (n,).
+        """
+        M_diag, s, W_mm = self.gradient_sums()
+        V, L_mm, Ainv = self.prior.V, self.prior.L_mm, self._A_inverse()
+        alpha, beta = self.alpha, self._beta
+
+        def W_nm_rows(rows):
+            return W_nm_block(V[rows], alpha[rows], beta[rows], M_diag[rows], s, Ainv, L_mm)
+
+        return W_nm_rows, W_mm, 0.5 * M_diag
+
+
+def quad_block(Vr, L_inv):
+    """||L_inv v_i||^2 for the rows v_i of Vr (k, m): one triangular product (BLAS trmm,
+    half the flops of a general product)."""
+    W = blas.dtrmm(1.0, L_inv, Vr.T, lower=1)  # (m, k) = L_inv V_r^T
+    return np.einsum("ij,ij->j", W, W)
+
+
+def W_nm_block(Vr, alpha_r, beta_r, M_diag_r, s, Ainv, L_mm):
+    """Rows of W_nm = M' V L_mm^-1 (eq. S14) from the rows of V and the site vectors."""
+    # M' V rows = alpha s^T - B V A^-1 - diag(M) V   (eq. S13)
+    MV = np.outer(alpha_r, s) - beta_r[:, None] * (Vr @ Ainv) - M_diag_r[:, None] * Vr
+    return scipy.linalg.solve_triangular(L_mm, MV.T, lower=True, trans=1, check_finite=False).T
