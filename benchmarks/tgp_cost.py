@@ -59,16 +59,23 @@ def main(argv=None):
             for m in args.methods:
                 sigma, nu = out[m][5]
                 mlpd = float(np.mean(out[m][1]))
-                print(f"| {ds} | {split} | {m} | {cpu[m]:.2f} | {sigma:.5f} | {nu:.3g} | {mlpd:.4f} |")
+                print(
+                    f"| {ds} | {split} | {m} | {cpu[m]:.2f} | {sigma:.5f} | {nu:.3g} | {mlpd:.4f} |"
+                )
                 totals.setdefault(ds, {}).setdefault(m, 0.0)
                 totals[ds][m] += cpu[m]
             if "EP1" in cpu and "LA1" in cpu:
-                print(f"# {ds} split {split}: EP1/LA1 = {cpu['EP1'] / cpu['LA1']:.2f}", file=sys.stderr)
+                print(
+                    f"# {ds} split {split}: EP1/LA1 = {cpu['EP1'] / cpu['LA1']:.2f}",
+                    file=sys.stderr,
+                )
     print()
     for ds, t in totals.items():
         if "EP1" in t and "LA1" in t:
-            print(f"{ds}: EP1/LA1 CPU = {t['EP1'] / t['LA1']:.2f} "
-                  f"(EP1 {t['EP1']:.1f} s, LA1 {t['LA1']:.1f} s)")
+            print(
+                f"{ds}: EP1/LA1 CPU = {t['EP1'] / t['LA1']:.2f} "
+                f"(EP1 {t['EP1']:.1f} s, LA1 {t['LA1']:.1f} s)"
+            )
     return totals
 
 

@@ -309,3 +309,22 @@ def test_step_likelihood_loo_against_brute_force():
     err = np.mean(np.abs(fast.log_predictive - brute))
     print(f"noisy step (eps=0.1) LOO: mean |fast - brute force| = {err:.4f}")
     assert err <= 0.1, err
+
+
+def test_approximate_loo_values_are_marked_and_loo_score_warns():
+    """Improper LOO cavities do not warn at fit; they are marked and loo_score warns."""
+    import warnings as _warnings
+
+    from sklearn.datasets import make_moons
+
+    from robustep import GPClassifier
+
+    X, y = make_moons(n_samples=30, noise=0.2, random_state=0)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error", UserWarning)
+        clf = GPClassifier(method="ep", optimizer=None).fit(X, y)
+    assert clf.loo_approximate_.shape == (30,) and clf.loo_approximate_.dtype == bool
+    clf.loo_approximate_ = clf.loo_approximate_.copy()
+    clf.loo_approximate_[:2] = True
+    with pytest.warns(UserWarning, match="2 of 30 leave-one-out values are approximate"):
+        clf.loo_score()

@@ -68,7 +68,9 @@ def test_coordinate_into_is_bitwise_coordinate():
     out = np.empty((9, 9))
     for j in range(th.size):
         for t in (th[j], th[j] + 0.4, th[j] - 1.1):
-            np.testing.assert_array_equal(km.coordinate_into(E, th, j, t, out), km.coordinate(E, th, j, t))
+            np.testing.assert_array_equal(
+                km.coordinate_into(E, th, j, t, out), km.coordinate(E, th, j, t)
+            )
 
 
 def test_slice_sampler_known_lp0_gives_the_same_draws():
@@ -89,7 +91,9 @@ def test_hyper_every_thins_only_the_kernel_updates():
     X = rng.uniform(-2, 2, size=(15, 1))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(15)
     kernel = ConstantKernel(1.0) * RBF(1.0)
-    res = mcmc.gibbs_student_t_gp(kernel, X, y, n_samples=12, burn_in=0, hyper_every=4, random_state=0)
+    res = mcmc.gibbs_student_t_gp(
+        kernel, X, y, n_samples=12, burn_in=0, hyper_every=4, random_state=0
+    )
     th = res.kernel_theta
     # theta changes only in sweeps 0, 4, 8 (recorded after that sweep's update)
     changed = np.flatnonzero(np.any(np.diff(th, axis=0) != 0, axis=1)) + 1
@@ -113,8 +117,13 @@ def test_mcmc_unit_diagnostics_and_table():
     assert diag["ess_param"] in d["names"] and diag["rhat_param"] in d["names"]
     legacy = tb._pool_mcmc([(*out[:4], d["draws"], out[5])])  # units saved before
     assert legacy[4]["rhat"] == diag["rhat"] and "ess_param" not in legacy[4]
-    r = {"rhat_max": [diag["rhat"]], "ess_min": [diag["ess"]], "ess_param": ["log_df"],
-         "rhat_param": ["log_scale"], "cpu_split": [1.0]}
+    r = {
+        "rhat_max": [diag["rhat"]],
+        "ess_min": [diag["ess"]],
+        "ess_param": ["log_df"],
+        "rhat_param": ["log_scale"],
+        "cpu_split": [1.0],
+    }
     table = tb._mcmc_table("friedman", r)
     assert "| 0 |" in table and "(log_df)" in table
 

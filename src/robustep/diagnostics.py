@@ -65,6 +65,7 @@ LOO_ATTRIBUTES = (
     "loo_mean_",
     "loo_std_",
     "loo_interval_",
+    "loo_approximate_",
 )
 
 
@@ -115,17 +116,19 @@ def loo_cavity(mean, var, site_precision, site_shift, eta_cavity=None):
     return cav_mean, cav_var, fallback
 
 
-def loo_from_sites(likelihood, y, mean, var, site_precision, site_shift, eta_cavity=None):
+def loo_from_sites(likelihood, y, mean, var, site_precision, site_shift, eta_cavity=None,
+                   warn=True):  # fmt: skip
     """LOO log predictive densities (L1) at the cavities (L2); returns a :class:`LOOResult`.
 
     likelihood : a :class:`robustep.likelihoods.Likelihood` (its ``tilted_moments`` at
     power 1 gives log ∫ p(y_i|f) N(f | m_-i, v_-i) df); y : (n,) targets as the likelihood
     takes them (±1 labels, standardised regression targets); the rest as in
-    :func:`loo_cavity`.  Warns (UserWarning) when some sites used the eta-cavity.
+    :func:`loo_cavity`.  Warns (UserWarning) when some sites used the eta-cavity, unless
+    ``warn=False`` (the estimators record them in ``loo_approximate_`` instead).
     """
     cm, cv, fallback = loo_cavity(mean, var, site_precision, site_shift, eta_cavity)
     log_pred = np.asarray(likelihood.tilted_moments(np.asarray(y, float), cm, cv, 1.0)[0])
-    if np.any(fallback):
+    if warn and np.any(fallback):
         warnings.warn(
             f"{int(fallback.sum())} of {fallback.size} LOO cavities q / t~_i are improper "
             "(power EP with a large positive site, or EP did not converge); EP's own cavity "
@@ -304,11 +307,15 @@ def set_classifier_loo(estimator, result, likelihood, y_pm):
     if not _is_ep_result(result):
         return
     try:
-        loo = loo_from_ep_result(result, likelihood, y_pm)
+        loo = loo_from_sites(
+            likelihood, y_pm, result.mean, result.var, result.site_precision,
+            result.site_shift, eta_cavity=(result.cavity_mean, result.cavity_var), warn=False,
+        )  # fmt: skip
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
         return _unavailable(estimator, err)
     estimator.loo_log_predictive_ = loo.log_predictive
     estimator.outlier_scores_ = -loo.log_predictive
+    estimator.loo_approximate_ = loo.fallback
 
 
 def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
@@ -325,14 +332,15 @@ def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
     standardised LOO residuals Phi^-1(F_-i(y_i)) (unitless).
     """
     clear_loo_attributes(estimator)
-    lps, ms, vs, dfs, scales = [], [], [], [], []
+    lps, ms, vs, dfs, scales, approx = [], [], [], [], [], []
     try:
         for res, lik, df, scale in components:
             eta_cav = None
             if hasattr(res, "cavity_mean"):
                 eta_cav = (res.cavity_mean, res.cavity_var)
             loo = loo_from_sites(lik, y, res.mean, res.var, res.site_precision, res.site_shift,
-                                 eta_cavity=eta_cav)  # fmt: skip
+                                 eta_cavity=eta_cav, warn=False)  # fmt: skip
+            approx.append(loo.fallback)
             lps.append(loo.log_predictive)
             ms.append(loo.cavity_mean)
             vs.append(loo.cavity_var)
@@ -347,9 +355,10 @@ def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
     estimator.loo_std_ = pred["std"] * y_std
     estimator.loo_interval_ = (pred["lower"] * y_std + y_mean, pred["upper"] * y_std + y_mean)
     estimator.outlier_scores_ = pred["z"]
+    estimator.loo_approximate_ = np.any(np.array(approx), axis=0)
 
 
-def process_classifier_loo(post, tau, nu, y_pm, df, eps):
+def process_classifier_loo(post, tau, nu, y_pm, df, eps, *, warn=True, return_fallback=False):
     """LOO log p(y_i | y_-i) (n,) of the Student-t process classifier from t-EP's cavities.
 
     The t-EP posterior is p(f) ⊗_t prod_j t~_j (Futami et al. 2017 eq. 31, the
@@ -379,14 +388,15 @@ def process_classifier_loo(post, tau, nu, y_pm, df, eps):
         s2t = s2c
         if not np.isinf(df):
             s2t = np.exp(-(post.logdet_b + np.log(d / s2c)) / df) * s2c
-    if not np.all(ok):
+    if warn and not np.all(ok):
         warnings.warn(
             f"{int((~ok).sum())} t-EP cavities are improper; the posterior marginal is used "
             "there (optimistic LOO values)",
             UserWarning,
             stacklevel=2,
         )
-    return tilted_normaliser(mc, s2t, df, np.asarray(y_pm, float), eps)
+    lp = tilted_normaliser(mc, s2t, df, np.asarray(y_pm, float), eps)
+    return (lp, ~np.broadcast_to(ok, np.shape(lp))) if return_fallback else lp
 
 
 def set_process_classifier_loo(estimator, post, tau, nu, y_pm, df, eps):
@@ -395,13 +405,17 @@ def set_process_classifier_loo(estimator, post, tau, nu, y_pm, df, eps):
     clear_loo_attributes(estimator)
     try:
         with np.errstate(all="ignore"):
-            lp = np.asarray(process_classifier_loo(post, tau, nu, y_pm, df, eps), dtype=float)
+            lp, approx = process_classifier_loo(
+                post, tau, nu, y_pm, df, eps, warn=False, return_fallback=True
+            )
+            lp = np.asarray(lp, dtype=float)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
         return _unavailable(estimator, err)
     if not np.all(np.isfinite(lp)):
         return _unavailable(estimator, ValueError("non-finite LOO values"))
     estimator.loo_log_predictive_ = lp
     estimator.outlier_scores_ = -lp
+    estimator.loo_approximate_ = np.asarray(approx, dtype=bool)
 
 
 def loo_score(estimator, supported):
@@ -419,6 +433,16 @@ def loo_score(estimator, supported):
             f"{type(estimator).__name__} fitted with method={method!r} has no leave-one-out "
             f"predictive densities: they come from EP's cavities, available for {supported}. "
             "Refit with one of those methods."
+        )
+    approx = getattr(estimator, "loo_approximate_", None)
+    if approx is not None and np.any(approx):
+        warnings.warn(
+            f"{int(np.sum(approx))} of {np.size(approx)} leave-one-out values are approximate: "
+            "their cavity q / t~_i is improper (power EP with a large site, or EP did not "
+            "converge), so EP's own cavity or the posterior marginal was used there, which is "
+            "optimistic; `loo_approximate_` marks them",
+            UserWarning,
+            stacklevel=3,
         )
     return float(np.mean(values))
 

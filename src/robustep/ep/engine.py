@@ -15,6 +15,11 @@ fixed reference marginals by
 moment-matching directions with a line search, and whose outer loop resets
 the reference marginals to q's marginals.  See docs/derivations/ep_evidence.md
 and docs/derivations/double_loop.md.
+
+Between robust parallel sweeps the engine makes O(n^2) *mean sweeps* that move only the
+site shifts at fixed site precisions, reusing the sweep's factorisation; they leave EP's
+fixed points unchanged and halve the O(n^3) sweeps for probit
+(docs/derivations/engine_floor.md).
 """
 
 from __future__ import annotations
@@ -270,7 +275,9 @@ def _mean_sweeps(ctx, ev, max_sweeps):
     (``SitePosterior.with_site_shift``).  An EP fixed point is a fixed point of this
     map, so the engine's fixed points do not change.  A sweep is kept only while the
     mean mismatch max_i |m^_i - mu_i| / (eta sigma_i^2) shrinks; the sweeps stop at
-    ``max_sweeps``, when the run has converged, or at the first sweep that does not help.
+    ``max_sweeps``, when the run has converged, at the first sweep that does not help, or
+    when the mismatch is below ``_MEAN_SWEEP_FRACTION`` times the largest proposed change
+    of a site precision (then the precisions hold the run back, not the means).
     Returns (evaluation, number of sweeps kept).
     """
     with_shift = getattr(ev.post, "with_site_shift", None)
@@ -760,8 +767,9 @@ def expectation_propagation(
     mean_sweeps : "auto" or int >= 0.  After each robust parallel sweep, up to this many
         O(n^2) sweeps that move only the site shifts, at fixed site precisions, towards
         mean consistency (q's marginal means equal the tilted means), reusing the sweep's
-        factorisation; each is kept only while it shrinks the shifts' EP residual.  The
-        fixed points are EP's; they cut the O(n^3) sweeps about in half for probit
+        factorisation; each is kept only while it shrinks the mean mismatch, and they
+        stop once that is below 0.3 times the largest proposed change of a site precision.
+        The fixed points are EP's; they cut the O(n^3) sweeps about in half for probit
         (docs/derivations/engine_floor.md).  "auto": 3 with moment matching
         (``site_update=None``), 0 with a custom update rule.  They run with ``robust=True``
         only (``robust=False`` is plain parallel EP) and are not counted in ``n_iter``;

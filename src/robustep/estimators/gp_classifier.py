@@ -168,7 +168,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     from the cavities q / t~_i (Opper & Winther 2000; Vehtari et al. 2016), its mean
     :meth:`loo_score`, and ``outlier_scores_`` (n,) = -loo_log_predictive_ (the LOO
     surprise of the observed label: log 2 = 0.69 is a coin flip, 3.0 is a LOO probability
-    of 0.05).  Not set for "laplace" (``loo_score`` raises).
+    of 0.05), ``loo_approximate_`` (n,) bool: values whose cavity q / t~_i was improper
+    (EP's own cavity used, optimistic; ``loo_score`` warns).  Not set for "laplace"
+    (``loo_score`` raises).
 
     Notes
     -----

@@ -110,7 +110,8 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
     loo_log_predictive_ (n,) log p(y_i | y_-i) from t-EP's cavities (the t-cavity
     q ⊘_t t~_i is t-EP's posterior without site i; :mod:`robustep.diagnostics`), its mean
     :meth:`loo_score`, outlier_scores_ (n,) = -loo_log_predictive_ (LOO surprise of the
-    observed label).
+    observed label), loo_approximate_ (n,) bool (improper cavity: posterior marginal
+    used, optimistic; ``loo_score`` warns).
 
     There is no ``method="auto"``: t-EP has no double loop, and ``fit`` already chains
     its fallbacks (warm start, zero sites, heavier damping; see above).

@@ -19,7 +19,7 @@ log log nu (so the MAP is the maximum of the approximate marginal likelihood in
 those coordinates; nu is kept in [1.05, 1000] and sigma in [0.01, 100] standardised
 units — the lower bound keeps EP away from near-noise-free fits where it converges
 very slowly; during the search EP is warm-started from the previous evaluation's
-sites, runs at most 100 sweeps to a site tolerance of 1e-2 per evaluation, and a
+sites, runs at most 30 sweeps to a site tolerance of 1e-2 per evaluation, and a
 non-converged evaluation counts as failed; the final fit runs to 1e-4).
 ``df_grid`` gives EP3: nu fixed at 15 values log-log spaced in [1.5, 20], the
 other hyperparameters optimised for each (warm-started from the previous mode;
@@ -65,8 +65,12 @@ _PENALTY = 1e25
 # at the optimum always runs at 1e-4.
 _SEARCH_TOL = 1e-2
 # EP sweeps at most per evaluation inside the hyperparameter search (a run that needs more
-# counts as a failed evaluation); the final fit allows 1000.
-_SEARCH_MAX_ITER = 100
+# counts as a failed evaluation and the line search backs off); the final fit allows 1000.
+# 100 before issue 12: on Boston fold 0 of tgp-benchmark two evaluations ran the double
+# loop to that cap and were discarded (13.5 s of EP1's 35 s in EP); 30 gave the same
+# optimum (sigma, MLPD to all printed digits) on Friedman sets 0-2 and Boston fold 0 and
+# cut EP1's CPU by ~20% there (docs/benchmarks.md, "tgp-benchmark --full").
+_SEARCH_MAX_ITER = 30
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -297,7 +301,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
     mcmc_diagnostics_ : dict with R-hat and ESS (``method="mcmc"``).
     method_used_ : for "auto" the stage that converged ("ep", "damped", "double_loop");
         else ``method``.
-    loo_log_predictive_, loo_mean_, loo_std_, loo_interval_, outlier_scores_ :
+    loo_log_predictive_, loo_mean_, loo_std_, loo_interval_, outlier_scores_, loo_approximate_ :
         leave-one-out diagnostics from the cavities q / t~_i (:mod:`robustep.diagnostics`;
         Opper & Winther 2000, Vehtari et al. 2016), methods "auto", "ep", "fractional"
         (the full-site cavity for any power) and "gaussian" (exact LOO, Rasmussen &

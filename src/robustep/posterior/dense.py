@@ -131,11 +131,14 @@ class DenseSitePosterior(SitePosterior):
 
         P, N = self._P, self._N
         w1 = self._s[P]
-        if self._all_positive:
-            B1 = w1[:, None] * K * w1[None, :]
-        else:
-            B1 = w1[:, None] * K[np.ix_(P, P)] * w1[None, :]
-        B1.flat[:: B1.shape[0] + 1] += 1.0  # + I
+        # B1 = I + W1 K_PP W1 with one n x n allocation, built transposed: Bt[i, j] =
+        # (K_ij w_j) w_i, so Bt.T (a Fortran-ordered view) holds (w_i K_ij) w_j, the same
+        # bits as the row-wise product, and LAPACK factorises it in place instead of first
+        # copying it to Fortran order
+        Bt = np.multiply(K if self._all_positive else K[np.ix_(P, P)], w1[None, :])
+        Bt *= w1[:, None]
+        Bt.flat[:: Bt.shape[0] + 1] += 1.0  # + I
+        B1 = Bt.T
         # flat sites (EP's usual start): B1 = I, skip an O(n^3) factorisation
         self._identity = self._all_positive and not np.any(w1)
         if self._identity:
@@ -278,11 +281,11 @@ class DenseSitePosterior(SitePosterior):
         P, N = self._P, self._N
         B1inv = np.zeros((P.size, P.size))
         if P.size:
-            # lower triangle of B1^-1; the upper one is L1's, zero (dpotrf with clean=True,
-            # or the identity for flat sites)
+            # dpotri fills the lower triangle of B1^-1; the upper one is left as in L1
             low, info = lapack.dpotri(self._L1, lower=1)
             if info != 0:
                 raise np.linalg.LinAlgError("I + W K W is singular")
+            low = np.tril(low)
             B1inv = low + low.T
             B1inv[np.diag_indices_from(B1inv)] *= 0.5
         if self._all_positive:
