@@ -35,12 +35,12 @@ test-all: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks examples
+	$(BIN)/ruff check --fix src tests benchmarks examples
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f; done

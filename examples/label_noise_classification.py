@@ -30,15 +30,24 @@ def main(quick, out):
     xx, yy = np.meshgrid(np.linspace(-1.7, 2.7, 120), np.linspace(-1.2, 1.7, 100))
     grid = np.c_[xx.ravel(), yy.ravel()]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
-    for ax, (name, model) in zip(axes, models.items()):
+    for ax, (name, model) in zip(axes, models.items(), strict=True):
         model.fit(X, y_noisy)
         proba = model.predict_proba(grid)[:, 1].reshape(xx.shape)
         ax.contourf(xx, yy, proba, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.5)
         ax.contour(xx, yy, proba, levels=[0.5], colors="k")
-        ax.scatter(*X[~flipped].T, c=y_noisy[~flipped], cmap="RdBu_r", s=12, edgecolors="k",
-                   linewidths=0.3)
-        ax.scatter(*X[flipped].T, c=y_noisy[flipped], cmap="RdBu_r", s=40, marker="X",
-                   edgecolors="k", linewidths=0.5, label="flipped label")
+        ax.scatter(
+            *X[~flipped].T, c=y_noisy[~flipped], cmap="RdBu_r", s=12, edgecolors="k", linewidths=0.3
+        )
+        ax.scatter(
+            *X[flipped].T,
+            c=y_noisy[flipped],
+            cmap="RdBu_r",
+            s=40,
+            marker="X",
+            edgecolors="k",
+            linewidths=0.5,
+            label="flipped label",
+        )
         ax.set_title(f"{name}\ntest accuracy {model.score(X_test, y_test):.3f}", fontsize=9)
     axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()

@@ -28,13 +28,21 @@ def main(quick, out):
     scores = np.abs(reg.outlier_scores_)
     flagged = scores > 3.0
     axes[1].stem(X[:, 0], scores, basefmt=" ", markerfmt=".")
-    axes[1].plot(X[outliers, 0], scores[outliers], "o", mfc="none", color="C3", ms=9,
-                 label="planted outliers")
+    axes[1].plot(
+        X[outliers, 0],
+        scores[outliers],
+        "o",
+        mfc="none",
+        color="C3",
+        ms=9,
+        label="planted outliers",
+    )
     axes[1].axhline(3.0, color="k", ls=":", lw=1, label="|score| = 3")
     hits = np.intersect1d(np.flatnonzero(flagged), outliers).size
     axes[1].set_title(
         f"|LOO outlier score|: {hits}/{outliers.size} planted outliers flagged, "
-        f"{int(flagged.sum()) - hits} other points", fontsize=9
+        f"{int(flagged.sum()) - hits} other points",
+        fontsize=9,
     )
     axes[1].set_xlabel("x")
     axes[1].legend(fontsize=7)

@@ -34,19 +34,40 @@ def main(quick, out):
     xx, yy = np.meshgrid(np.linspace(-4.5, 4.5, 80), np.linspace(-3.5, 4, 80))
     grid = np.c_[xx.ravel(), yy.ravel()]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.9), sharey=True)
-    for ax, (name, model) in zip(axes, models.items()):
+    for ax, (name, model) in zip(axes, models.items(), strict=True):
         model.fit(Z_train, y_train)
         proba = model.predict_proba(grid)
-        ax.pcolormesh(xx, yy, proba.argmax(axis=1).reshape(xx.shape), shading="nearest",
-                      cmap=ListedColormap(["C0", "C1", "C2"]), alpha=0.25, vmin=0, vmax=2)
-        ax.contour(xx, yy, proba.max(axis=1).reshape(xx.shape), levels=[0.5, 0.8], colors="k",
-                   linewidths=0.6)
+        ax.pcolormesh(
+            xx,
+            yy,
+            proba.argmax(axis=1).reshape(xx.shape),
+            shading="nearest",
+            cmap=ListedColormap(["C0", "C1", "C2"]),
+            alpha=0.25,
+            vmin=0,
+            vmax=2,
+        )
+        ax.contour(
+            xx,
+            yy,
+            proba.max(axis=1).reshape(xx.shape),
+            levels=[0.5, 0.8],
+            colors="k",
+            linewidths=0.6,
+        )
         for k in range(3):
-            ax.scatter(*Z_train[y_train == k].T, color=f"C{k}", s=14, edgecolors="k",
-                       linewidths=0.3, label=f"class {k}")
+            ax.scatter(
+                *Z_train[y_train == k].T,
+                color=f"C{k}",
+                s=14,
+                edgecolors="k",
+                linewidths=0.3,
+                label=f"class {k}",
+            )
         loss = log_loss(y_test, model.predict_proba(Z_test), labels=model.classes_)
-        ax.set_title(f"{name}\naccuracy {model.score(Z_test, y_test):.3f}, log loss {loss:.3f}",
-                     fontsize=9)
+        ax.set_title(
+            f"{name}\naccuracy {model.score(Z_test, y_test):.3f}, log loss {loss:.3f}", fontsize=9
+        )
     axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "multiclass_classification.png"

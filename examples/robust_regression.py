@@ -45,7 +45,9 @@ def main(quick, out):
     ax.set_ylim(-3, 3)
     err_g = np.mean(np.abs(mean_g - truth))
     err_t = np.mean(np.abs(mean_t - truth))
-    ax.set_title(f"mean abs. error to the true function: Gaussian {err_g:.3f}, Student-t {err_t:.3f}")
+    ax.set_title(
+        f"mean abs. error to the true function: Gaussian {err_g:.3f}, Student-t {err_t:.3f}"
+    )
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "robust_regression.png"

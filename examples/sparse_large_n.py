@@ -30,8 +30,12 @@ def main(quick, out):
     y = np.where(rng.random(n) < 0.1, ~y, y)  # 10% label noise
     X_test = rng.uniform(-3, 3, size=(5000, 2))
     clf = GPClassifier(
-        ConstantKernel(4.0) * RBF(0.6), likelihood="step", label_noise=0.1,
-        inducing_points=m, optimizer=None, random_state=0,
+        ConstantKernel(4.0) * RBF(0.6),
+        likelihood="step",
+        label_noise=0.1,
+        inducing_points=m,
+        optimizer=None,
+        random_state=0,
     )
     start = time.perf_counter()
     clf.fit(X, y)
@@ -49,7 +53,8 @@ def main(quick, out):
     fig.colorbar(cs, ax=ax, label="p(y = 1 | x)")
     ax.set_title(
         f"n = {n:,}, 10% flipped labels: fit {seconds:.1f} s, "
-        f"test accuracy (clean labels) {accuracy:.3f}", fontsize=9
+        f"test accuracy (clean labels) {accuracy:.3f}",
+        fontsize=9,
     )
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()

@@ -35,14 +35,21 @@ def main(quick, out):
     xx, yy = np.meshgrid(np.linspace(-3, 3.2, 100), np.linspace(-3, 3, 100))
     grid = np.c_[xx.ravel(), yy.ravel()]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.9), sharey=True)
-    for ax, (name, model) in zip(axes, models.items()):
+    for ax, (name, model) in zip(axes, models.items(), strict=True):
         model.fit(X_train, y_train)
         proba = model.predict_proba(grid)[:, 1].reshape(xx.shape)
         ax.contourf(xx, yy, proba, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.5)
         ax.contour(xx, yy, proba, levels=[0.5], colors="k")
         ax.scatter(*X.T, c=y, cmap="RdBu_r", s=10, edgecolors="k", linewidths=0.3)
-        ax.scatter(*X_out.T, c="C0", s=40, marker="X", edgecolors="k", linewidths=0.5,
-                   label="outlying cluster (class -1)")
+        ax.scatter(
+            *X_out.T,
+            c="C0",
+            s=40,
+            marker="X",
+            edgecolors="k",
+            linewidths=0.5,
+            label="outlying cluster (class -1)",
+        )
         ax.set_title(f"{name}\ntest accuracy {model.score(X_test, y_test):.3f}", fontsize=9)
     axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()

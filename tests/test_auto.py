@@ -7,7 +7,6 @@ import pathlib
 import warnings
 
 import numpy as np
-import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 

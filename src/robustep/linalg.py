@@ -16,6 +16,7 @@ from scipy.linalg import lapack
 
 from robustep._config import get_config
 
+
 class InvalidSiteConfiguration(np.linalg.LinAlgError):
     """The site precisions make ``K^-1 + diag(tau)`` indefinite (too negative sites)."""
 

@@ -19,11 +19,11 @@ converges:
 Stages 2 and 3 start from the caller's ``init`` (the previous evaluation's sites inside a
 hyperparameter search, else zero sites), not from where the failed stage stopped: the end
 state of an oscillating parallel run sits at the cavity limits, where the damped steps of
-stage 2 were blocked after a few sweeps (docs/reliability.md).  With the inner loop run towards consistency
-   the double loop is the provably convergent form (each inner step decreases the convex
-   inner objective, each outer update the EP objective); the engine's default of 2 inner
-   steps is faster but did not converge on the hard grid of benchmarks/auto_grid.py
-   (docs/reliability.md, "method='auto'").
+stage 2 were blocked after a few sweeps (docs/reliability.md).  With the inner loop run
+towards consistency the double loop is the provably convergent form (each inner step
+decreases the convex inner objective, each outer update the EP objective); the engine's
+default of 2 inner steps is faster but did not converge on the hard grid of
+benchmarks/auto_grid.py (docs/reliability.md, "method='auto'").
 
 Each stage has its own budget of ``max_iter`` sweeps (inner iterations for the double
 loop), so the chain costs at most about three times ``max_iter``.  No stage warns; the

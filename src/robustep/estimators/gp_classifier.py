@@ -164,9 +164,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     inputs ``X_train_`` is the Dask array).
 
     Leave-one-out diagnostics (EP methods "auto", "ep", "damped", "power", "rep"; binary,
-    dense or ``inducing_points``; :mod:`robustep.diagnostics`): ``loo_log_predictive_`` (n,) log p(y_i | y_-i)
-    from the cavities q / t~_i (Opper & Winther 2000; Vehtari et al. 2016), its mean
-    :meth:`loo_score`, and ``outlier_scores_`` (n,) = -loo_log_predictive_ (the LOO
+    dense or ``inducing_points``; :mod:`robustep.diagnostics`): ``loo_log_predictive_`` (n,)
+    log p(y_i | y_-i) from the cavities q / t~_i (Opper & Winther 2000; Vehtari et al.
+    2016), its mean :meth:`loo_score`, and ``outlier_scores_`` (n,) = -loo_log_predictive_ (the LOO
     surprise of the observed label: log 2 = 0.69 is a coin flip, 3.0 is a LOO probability
     of 0.05), ``loo_approximate_`` (n,) bool: values whose cavity q / t~_i was improper
     (EP's own cavity used, optimistic; ``loo_score`` warns).  Not set for "laplace"
@@ -285,9 +285,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             from robustep.posterior import DensePrior
 
             if not np.isfinite(K).all():
-                raise ValueError(
-                    "K contains NaN or inf; check the kernel and its hyperparameters"
-                )
+                raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
             K = DensePrior(K, check=False)
         kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
         if self.method == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)

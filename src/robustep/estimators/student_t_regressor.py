@@ -487,7 +487,11 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             try:
                 K, Kg = kernel_and_gradient(x[:p])
                 res = self._infer(
-                    K, d, s, warm=self._warm_of(state["warm"]), max_iter=_SEARCH_MAX_ITER,
+                    K,
+                    d,
+                    s,
+                    warm=self._warm_of(state["warm"]),
+                    max_iter=_SEARCH_MAX_ITER,
                     tol=_SEARCH_TOL,
                 )
                 val = float(res.log_marginal_likelihood)
