@@ -117,3 +117,22 @@ def test_log_gauss_hermite_moments_does_not_mutate_inputs():
     m0, v0 = m.copy(), v.copy()
     log_gauss_hermite_moments(lambda f: -(f**2), m, v)
     assert np.array_equal(m, m0) and np.array_equal(v, v0)
+
+
+@pytest.mark.parametrize("df", [1.5, 4.0, 30.0])
+def test_gamma_scale_mixture_nodes_match_gamma_moments(df):
+    """lambda ~ Gamma(nu/2, rate nu/2): E[lambda] = 1, Var[lambda] = 2/nu, and a Student-t tail."""
+    from scipy import stats
+
+    from robustep.quadrature import gamma_scale_mixture_nodes
+
+    lam, w = gamma_scale_mixture_nodes(df)
+    assert np.isclose(w.sum(), 1.0, atol=1e-10)
+    # the nodes are built for bounded integrands; unbounded moments are only rough
+    assert np.isclose(w @ lam, 1.0, rtol=1e-3)
+    assert np.isclose(w @ lam**2 - 1.0, 2.0 / df, rtol=1e-2)
+    # a bounded integrand with a heavy-tail contribution: Phi(-2 sqrt(lambda)) = T_nu(-2)
+    exact = stats.t(df).cdf(-2.0)
+    assert np.isclose(w @ stats.norm.cdf(-2.0 * np.sqrt(lam)), exact, rtol=1e-5)
+    lam_inf, w_inf = gamma_scale_mixture_nodes(np.inf)
+    assert lam_inf.tolist() == [1.0] and w_inf.tolist() == [1.0]

@@ -40,7 +40,7 @@ import warnings
 import numpy as np
 from scipy import special
 
-from robustep.quadrature import gauss_legendre
+from robustep.quadrature import gamma_scale_mixture_nodes
 
 __all__ = [
     "LOOResult",
@@ -178,18 +178,9 @@ _N_GAMMA_NODES = 96
 
 
 def _gamma_nodes(df):
-    """Nodes lambda_k, weights w_k with E_{Gamma(nu/2, rate nu/2)}[g(lambda)] ≈ sum_k w_k g.
-
-    Gauss–Legendre in t in (0, 1) with the Gamma probability u = t^3 (nodes crowd at small
-    lambda where g has its heavy-tail contribution); lambda = F^-1(u).  nu = inf: the
-    single node lambda = 1 (Gaussian noise).
-    """
-    if not np.isfinite(df):
-        return np.ones(1), np.ones(1)
-    x, logw = gauss_legendre(_N_GAMMA_NODES)
-    t = 0.5 * (x + 1.0)
-    lam = special.gammaincinv(0.5 * df, t**3) * (2.0 / df)
-    return np.maximum(lam, 1e-300), 1.5 * t**2 * np.exp(logw)
+    """(lambda_k, w_k) of the Student-t's Gamma scale mixture, 96 nodes
+    (:func:`robustep.quadrature.gamma_scale_mixture_nodes`)."""
+    return gamma_scale_mixture_nodes(df, _N_GAMMA_NODES)
 
 
 def _mixture_cdf(yq, comps, weights):

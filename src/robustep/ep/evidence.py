@@ -80,15 +80,23 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     grad_kernel = 0.5 * np.einsum("i,ijk,j->k", alpha, K_gradient, alpha) - 0.5 * np.einsum(
         "ij,jik->k", R, K_gradient
     )
-    if likelihood.hyperparameter_names:
-        valid = np.isfinite(result.cavity_var)
-        g = likelihood.tilted_log_Z_gradient(
-            np.asarray(y, dtype=float)[valid],
-            result.cavity_mean[valid],
-            result.cavity_var[valid],
-            result.power,
-        )
-        grad_likelihood = np.sum(g, axis=0) / result.power
-    else:
-        grad_likelihood = np.zeros(0)
-    return grad_kernel, grad_likelihood
+    return grad_kernel, likelihood_gradient(result, likelihood, y)
+
+
+def likelihood_gradient(result, likelihood, y):
+    """d log Z_EP / d theta_lik = (1/eta) sum_i d log Z^_i / d theta_lik, shape (q,).
+
+    At a converged fixed point only the explicit dependence counts (any prior: dense or
+    sparse); sites with an invalid cavity are left out.  Order of
+    ``likelihood.hyperparameter_names``; (0,) when the likelihood has none.
+    """
+    if not likelihood.hyperparameter_names:
+        return np.zeros(0)
+    valid = np.isfinite(result.cavity_var)
+    g = likelihood.tilted_log_Z_gradient(
+        np.asarray(y, dtype=float)[valid],
+        result.cavity_mean[valid],
+        result.cavity_var[valid],
+        result.power,
+    )
+    return np.sum(g, axis=0) / result.power

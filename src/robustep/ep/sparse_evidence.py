@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from robustep.ep.evidence import likelihood_gradient
 from robustep.posterior._kernels import inducing_gradient_mm, theta_gradient_mm
 
 
@@ -48,15 +49,4 @@ def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=Tru
     g_theta = g_theta + theta_gradient_mm(kernel, Z, W_mm)
     if wrt_inducing:
         g_Z = g_Z + inducing_gradient_mm(kernel, Z, W_mm)
-    if likelihood.hyperparameter_names:
-        valid = np.isfinite(result.cavity_var)
-        g = likelihood.tilted_log_Z_gradient(
-            np.asarray(y, dtype=float)[valid],
-            result.cavity_mean[valid],
-            result.cavity_var[valid],
-            result.power,
-        )
-        g_lik = np.sum(g, axis=0) / result.power
-    else:
-        g_lik = np.zeros(0)
-    return g_theta, g_lik, g_Z
+    return g_theta, likelihood_gradient(result, likelihood, y), g_Z

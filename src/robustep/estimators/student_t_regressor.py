@@ -48,7 +48,7 @@ from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators._kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
-from robustep.quadrature import gauss_legendre
+from robustep.quadrature import gamma_scale_mixture_nodes
 
 __all__ = ["StudentTGPRegressor", "default_df_grid", "student_t_gaussian_quantiles"]
 
@@ -107,20 +107,8 @@ _N_MIX_NODES = 96  # Gauss–Legendre nodes for the Gamma scale mixture (rel. ta
 
 
 def _gamma_mixture_nodes(df, n_nodes=_N_MIX_NODES):
-    """Nodes lambda_k and weights w_k with E_{Gamma(nu/2, rate nu/2)}[g(lambda)] ≈ sum w g.
-
-    Gauss–Legendre in t with u = t^3 the probability scale of the Gamma distribution,
-    lambda = F^-1(u): the integrand g stays bounded, so no tail truncation is needed.
-    ``df = inf`` gives the single node lambda = 1 (the Gaussian limit).
-    """
-    if not np.isfinite(df):
-        return np.ones(1), np.ones(1)
-    x, logw = gauss_legendre(n_nodes)
-    t = 0.5 * (x + 1.0)
-    # u = t^3 clusters nodes near u = 0, where Phi(z sqrt(lambda)) ~ u^(1/nu) is not smooth
-    # (heavy tails); the relative error of the tail probabilities is then < 1e-5.
-    lam = special.gammaincinv(0.5 * df, t**3) * (2.0 / df)
-    return np.maximum(lam, 1e-300), 1.5 * t**2 * np.exp(logw)
+    """:func:`robustep.quadrature.gamma_scale_mixture_nodes` (lambda_k, w_k), 96 nodes."""
+    return gamma_scale_mixture_nodes(df, n_nodes)
 
 
 def _mixture_cdf_pdf(y, means, variances, nodes, scales, weights):
