@@ -131,13 +131,8 @@ def laplace_approximation(
     -------
     LaplaceResult
     """
-    K = np.asarray(K, dtype=float)
-    y = likelihood.validate_targets(y)
+    K, y = check_prior_and_targets(K, y, likelihood)
     n = y.shape[0]
-    if K.shape != (n, n):
-        raise ValueError(f"K must have shape ({n}, {n}) to match y, got {K.shape}")
-    if not np.all(np.isfinite(K)):
-        raise ValueError("K contains NaN or inf; check the kernel hyperparameters")
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
     L = _jittered_cholesky(K)
@@ -302,3 +297,15 @@ def laplace_log_marginal_likelihood_gradient(result: LaplaceResult, K_gradient, 
     explicit_l = dlogp.sum(axis=0) + 0.5 * np.diag(Sigma) @ dd2
     grad_lik = explicit_l + s2 @ implicit(K @ dd1)
     return grad_kernel, grad_lik
+
+
+def check_prior_and_targets(K, y, likelihood):
+    """Validated (K (n, n) float, y (n,)) for a Laplace fit; clear errors otherwise."""
+    K = np.asarray(K, dtype=float)
+    y = likelihood.validate_targets(y)
+    n = y.shape[0]
+    if K.shape != (n, n):
+        raise ValueError(f"K must have shape ({n}, {n}) to match y, got {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise ValueError("K contains NaN or inf; check the kernel hyperparameters")
+    return K, y

@@ -37,7 +37,7 @@ from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.baselines.laplace import LaplaceModeMixin
+from robustep.baselines.laplace import LaplaceModeMixin, check_prior_and_targets
 
 __all__ = ["LogConcaveLaplaceResult", "laplace_logconcave", "laplace_logconcave_gradient"]
 
@@ -114,13 +114,8 @@ def laplace_logconcave(K, y, likelihood, *, max_iter=100, tol=1e-8, init_alpha=N
     LogConcaveLaplaceResult, or the general :class:`robustep.baselines.laplace.LaplaceResult`
     when some W_i < 0 is met (the likelihood is not log-concave there).
     """
-    K = np.asarray(K, dtype=float)
-    y = likelihood.validate_targets(y)
+    K, y = check_prior_and_targets(K, y, likelihood)
     n = y.shape[0]
-    if K.shape != (n, n):
-        raise ValueError(f"K must have shape ({n}, {n}) to match y, got {K.shape}")
-    if not np.all(np.isfinite(K)):
-        raise ValueError("K contains NaN or inf; check the kernel hyperparameters")
     a = np.zeros(n) if init_alpha is None else np.asarray(init_alpha, float).reshape(-1)
     if a.shape != (n,) or not np.all(np.isfinite(a)):
         a = np.zeros(n)

@@ -187,3 +187,25 @@ def failure_message(tried, tol):
         f"method='auto' did not converge to tol={tol:g}: tried " + ", then ".join(parts) + "; "
         "the state closest to a fixed point is kept"
     )
+
+
+def warn_if_not_converged(estimator, result, what, stacklevel=3):
+    """The classifiers' ConvergenceWarning after a fit that did not converge (dense or sparse).
+
+    ``method="auto"`` already names every stage it tried in ``result.message``; an explicit
+    method gets the remedies to try.  ``what``: how the inference is named ("ep", "sparse
+    ep", ...).
+    """
+    if estimator.converged_:
+        return
+    if estimator.method == "auto":
+        warnings.warn(result.message, ConvergenceWarning, stacklevel=stacklevel)
+        return
+    others = [f"method={m!r}" for m in ("damped", "power") if m != estimator.method]
+    warnings.warn(
+        f"{what} inference did not converge ({estimator.n_iter_} iterations, "
+        f"max_iter={estimator.max_iter}, tol={estimator.tol}); the last finite state is "
+        f"kept. Try {', '.join(others)}, a larger max_iter or a larger tol.",
+        ConvergenceWarning,
+        stacklevel=stacklevel,
+    )

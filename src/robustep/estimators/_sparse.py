@@ -25,6 +25,8 @@ import numpy as np
 from scipy import optimize
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep import diagnostics
+from robustep.estimators._auto import warn_if_not_converged
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
 from robustep.posterior.sparse import FITCPrior
 
@@ -373,23 +375,9 @@ def fit_classifier(est):
         info = getattr(res, "site_info", None) or {}
         est.relaxation_b_ = np.asarray(info.get("b", np.zeros(X.shape[0])), dtype=float).copy()
     est.method_used_ = getattr(res, "method_used", est.method)
-    try:  # leave-one-out diagnostics from the cavities, as for the dense model
-        from robustep import diagnostics
-
-        diagnostics.set_classifier_loo(est, res, lik, y)
-    except ImportError:  # pragma: no cover - diagnostics not available
-        pass
-    if not est.converged_ and est.method == "auto":
-        warnings.warn(res.message, ConvergenceWarning, stacklevel=3)
-    elif not est.converged_:
-        others = [f"method={m!r}" for m in ("damped", "power") if m != est.method]
-        warnings.warn(
-            f"sparse {est.method} inference did not converge ({est.n_iter_} iterations, "
-            f"max_iter={est.max_iter}, tol={est.tol}); the last finite state is kept. Try "
-            f"{', '.join(others)}, a larger max_iter or a larger tol.",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+    # leave-one-out diagnostics from the cavities, as for the dense model
+    diagnostics.set_classifier_loo(est, res, lik, y)
+    warn_if_not_converged(est, res, f"sparse {est.method}", stacklevel=4)
     return est
 
 

@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
+from robustep.estimators._auto import warn_if_not_converged
 
 __all__ = ["GPClassifier"]
 
@@ -470,18 +471,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         from robustep import diagnostics
 
         diagnostics.set_classifier_loo(self, res, self._likelihood_obj, self._y_pm)
-        if not self.converged_ and self.method == "auto":
-            warnings.warn(res.message, ConvergenceWarning, stacklevel=2)
-        elif not self.converged_:
-            others = [f"method={m!r}" for m in ("damped", "power") if m != self.method]
-            warnings.warn(
-                f"{self.method} inference did not converge ({self.n_iter_} iterations, "
-                f"max_iter={self.max_iter}, "
-                f"tol={self.tol}); the last finite state is kept. Try "
-                f"{', '.join(others)}, a larger max_iter or a larger tol.",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
+        warn_if_not_converged(self, res, self.method)
         return self
 
     def _fit_inference(self):
