@@ -131,6 +131,64 @@ def test_ep3_grid_weights():
         StudentTGPRegressor(method="mcmc", df_grid=True).fit(X, y)
 
 
+def test_ep3_grid_order_walks_out_from_the_initial_df():
+    from robustep.estimators.student_t_regressor import _df_grid_order
+
+    grid = default_df_grid()
+    order = _df_grid_order(grid, 4.0)
+    assert sorted(j for j, _, _ in order) == list(range(grid.size))
+    start = order[0]
+    assert start[2] is None and start[1] == pytest.approx(grid[np.argmin(np.abs(grid - 4.0))])
+    for j, nu, prev in order[1:]:  # every later value starts from a visited neighbour
+        assert abs(j - prev) == 1 and prev in [o[0] for o in order[: order.index((j, nu, prev))]]
+    # an unsorted grid is walked in increasing nu; indices refer to the given order
+    shuffled = np.array([10.0, 2.0, 4.0, 1.5])
+    got = _df_grid_order(shuffled, 4.0)
+    assert [j for j, _, _ in got] == [2, 0, 1, 3]
+    assert [p for _, _, p in got] == [None, 2, 2, 1]
+
+
+def test_ep3_optimises_every_grid_value():
+    """Each grid value gets its own search (not just the first): issue 12 §2 found the
+    small-nu values left at their starting point when their first evaluation failed."""
+    X, y, _, _, _ = _data(n=30)
+    grid = [1.5, 2.5, 4.0, 8.0]
+    est = StudentTGPRegressor(method="ep", df_grid=grid).fit(X, y)
+    assert est.converged_
+    scales = [c["scale"] for c in est._components]
+    assert len(set(np.round(scales, 8))) == len(grid)
+    for c, nu in zip(est._components, grid):
+        fixed = StudentTGPRegressor(
+            kernel=c["kernel"], method="ep", df=nu, scale=c["scale"], optimizer=None
+        ).fit(X, y)
+        other = StudentTGPRegressor(
+            kernel=c["kernel"], method="ep", df=nu, scale=c["scale"] * 1.3, optimizer=None
+        ).fit(X, y)
+        # a (local) optimum of the evidence in sigma at every grid value
+        assert fixed.log_marginal_likelihood_value_ >= other.log_marginal_likelihood_value_
+
+
+def test_failed_search_is_reported(monkeypatch):
+    """A search in which no inference converges leaves the hyperparameters unoptimised:
+    the fit must say so (converged_ False and a ConvergenceWarning), never claim success."""
+    X, y, _, _, _ = _data(n=20)
+    kernel = ConstantKernel(1.0) * RBF(1.0)
+    calls = {"n": 0}
+    original = StudentTGPRegressor._infer
+
+    def fails_in_search(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+        calls["n"] += 1
+        if tol > 1e-3:  # only the search's evaluations (site tolerance 1e-2) fail
+            raise FloatingPointError
+        return original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
+
+    monkeypatch.setattr(StudentTGPRegressor, "_infer", fails_in_search)
+    with pytest.warns(ConvergenceWarning, match="no point where the inference converged"):
+        est = StudentTGPRegressor(kernel, method="ep", n_restarts_optimizer=1).fit(X, y)
+    assert not est.converged_ and calls["n"] > 1
+    assert est.scale_ == 0.5 and est.kernel_.theta == pytest.approx(kernel.theta)
+
+
 def test_optimize_df_changes_df():
     X, y, _, _, _ = _data()
     est = StudentTGPRegressor(method="laplace", optimize_df=True).fit(X, y)

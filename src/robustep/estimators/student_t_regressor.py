@@ -71,11 +71,37 @@ _SEARCH_TOL = 1e-2
 # optimum (sigma, MLPD to all printed digits) on Friedman sets 0-2 and Boston fold 0 and
 # cut EP1's CPU by ~20% there (docs/benchmarks.md, "tgp-benchmark --full").
 _SEARCH_MAX_ITER = 30
+# L-BFGS-B's relative tolerance on the objective: stop when an iteration improves the
+# approximate log evidence (about 100-300 nats on the paper's data sets) by less than
+# 1e-6 of its value, ~1e-4 nats (GPstuff's gp_optim stops at TolFun 1e-6 as well).
+# SciPy's default, 2.2e-9, spent 15-30% of a Boston search on improvements below
+# 1e-3 nats (docs/benchmarks.md, "tgp-benchmark --full").
+_SEARCH_FTOL = 1e-6
+# EP sweeps at most in the final fit and in the first evaluation of each search start.
+_FINAL_MAX_ITER = 1000
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
     """EP3 grid: ``n`` values of nu linearly spaced in log-log scale on [low, high] (§6.2)."""
     return np.exp(np.exp(np.linspace(np.log(np.log(low)), np.log(np.log(high)), n)))
+
+
+def _df_grid_order(grid, df0):
+    """The order in which EP3 visits its grid: [(index, nu, index of the warm start)].
+
+    In increasing nu, starts at the value nearest ``df0`` in log-log scale (warm start
+    None), then walks up to the largest and down to the smallest value, each step
+    warm-started from the neighbour it came from.  Indices refer to ``grid``."""
+    grid = np.asarray(grid, dtype=float)
+    rank = np.argsort(grid, kind="stable")
+    t = np.log(np.log(np.maximum(grid[rank], 1.0 + 1e-12)))
+    s = int(np.argmin(np.abs(t - np.log(np.log(max(df0, 1.0 + 1e-12))))))
+    steps = [(s, None)] + [(k, k - 1) for k in range(s + 1, rank.size)]
+    steps += [(k, k + 1) for k in range(s - 1, -1, -1)]
+    return [
+        (int(rank[k]), float(grid[rank[k]]), None if k_prev is None else int(rank[k_prev]))
+        for k, k_prev in steps
+    ]
 
 
 def _validate(estimator, X, y=None, reset=True):
@@ -402,7 +428,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             if m == "laplace":
                 from robustep.baselines.laplace import laplace_approximation
 
-                return laplace_approximation(K, y, _student_t(df, scale), init=warm)
+                return laplace_approximation(
+                    K, y, _student_t(df, scale), init=warm, max_iter=min(max_iter, 100)
+                )
             if m == "vb":
                 from robustep.baselines.variational import variational_bounds
 
@@ -451,10 +479,17 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         return None
 
     # ---------------------------------------------------------- optimisation
-    def _optimise(self, kernel, df, scale, optimize_df, rng, n_restarts=None):
+    def _optimise(self, kernel, df, scale, optimize_df, rng, n_restarts=None, warm=None):
         """Type-II MAP of (log theta, log sigma[, log nu]); returns (kernel, df, scale).
 
-        ``n_restarts``: extra random starts (default ``n_restarts_optimizer``)."""
+        ``n_restarts``: extra random starts (default ``n_restarts_optimizer``); ``warm``: a
+        previous inference result to start the first start's inference from (EP3 passes
+        the neighbouring grid value's).  The first evaluation of every start has the final
+        fit's sweep budget (there is nothing to warm-start from yet, and a failed first
+        evaluation would leave the optimiser nowhere to go); later ones have
+        ``_SEARCH_MAX_ITER``.  If no evaluation of any start succeeds, the starting values
+        are returned and ``self._search_failed`` is set (the fit then reports that it did
+        not converge)."""
         X = self._X
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
@@ -479,14 +514,15 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     d,
                     s,
                     warm=self._warm_of(state["warm"]),
-                    max_iter=_SEARCH_MAX_ITER,
+                    max_iter=_SEARCH_MAX_ITER if "best" in state else _FINAL_MAX_ITER,
                     tol=_SEARCH_TOL,
                 )
                 val = float(res.log_marginal_likelihood)
                 # A non-converged EP evidence is not a stationary value and its explicit
-                # gradient is wrong; treat it like a failed evaluation.
+                # gradient is wrong, nor is a Laplace evidence away from the mode (its
+                # implicit gradient assumes the mode); treat either as a failed evaluation.
                 if not np.isfinite(val) or (
-                    self.method in ("ep", "fractional", "auto") and not res.converged
+                    self.method in ("ep", "fractional", "auto", "laplace") and not res.converged
                 ):
                     raise FloatingPointError
                 gk, gd, gs = self._gradient(res, Kg, d, s)
@@ -533,8 +569,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             x[:p] = rng.uniform(lo, hi)
             starts.append(x)
         best = None
-        for x_start in starts:
-            state["warm"] = None
+        for j, x_start in enumerate(starts):
+            state["warm"] = warm if j == 0 else None
             state.pop("best", None)
             if callable(self.optimizer):
                 x_opt, f_opt = self.optimizer(obj, x_start, bounds)
@@ -545,11 +581,15 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     jac=True,
                     method="L-BFGS-B",
                     bounds=opt_bounds,
-                    options={"maxiter": 200},
+                    options={"maxiter": 200, "ftol": _SEARCH_FTOL},
                 )
                 x_opt, f_opt = out.x, out.fun
+            if "best" not in state:  # no evaluation of this start succeeded
+                x_opt, f_opt = x_start, np.inf
             if best is None or f_opt < best[1]:
                 best = (np.asarray(x_opt, float), float(f_opt))
+        if not np.isfinite(best[1]):
+            self._search_failed = True
         self._record_bounds(kernel, best[0], bounds, fit_df)
         return unpack(best[0])
 
@@ -614,6 +654,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         )
         rng = check_random_state(self.random_state)
         self._at_bounds = []
+        self._search_failed = False
         self.df_grid_ = None
         self.df_weights_ = None
         self.mcmc_diagnostics_ = None
@@ -637,7 +678,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
 
     def _final(self, kernel, df, scale, warm=None):
         K = kernel(self._X)
-        res = self._infer(K, df, scale, warm=warm)
+        res = self._infer(K, df, scale, warm=self._warm_of(warm), max_iter=_FINAL_MAX_ITER)
         return {"kernel": kernel, "df": df, "scale": scale, "res": res}
 
     def _fit_df_grid(self, kernel, rng):
@@ -648,16 +689,23 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         )
         if grid.size == 0 or np.any(~np.isfinite(grid)) or np.any(grid <= 0):
             raise ValueError("df_grid must be True or a non-empty array of positive df values")
-        comps = []
-        scale = float(self.scale)
-        for j, nu in enumerate(grid):  # EP3: one optimisation per grid value, warm-started
+        comps = [None] * grid.size
+        for j, nu, prev in _df_grid_order(grid, float(self.df)):
+            # EP3: one optimisation per grid value.  The first is the value nearest the
+            # initial df, with the random restarts; each other starts from its neighbour's
+            # mode (hyperparameters and EP sites) towards the first, so the search walks out
+            # from the well-behaved middle of the grid to the heavy tails at small nu
+            # (§6.2: the mode moves little between grid values).
+            if prev is None:
+                k0, s0, warm, n_restarts = kernel, float(self.scale), None, None
+            else:
+                c = comps[prev]
+                k0, s0, warm, n_restarts = c["kernel"], c["scale"], c["res"], 0
             if self.optimizer is not None:
-                # Random restarts only at the first grid value; the others start from the
-                # previous value's mode (§6.2: the mode moves little between grid values).
-                kernel, _, scale = self._optimise(
-                    kernel, float(nu), scale, False, rng, n_restarts=None if j == 0 else 0
+                k0, _, s0 = self._optimise(
+                    k0, float(nu), s0, False, rng, n_restarts=n_restarts, warm=warm
                 )
-            comps.append(self._final(kernel, float(nu), scale))
+            comps[j] = self._final(k0, float(nu), s0, warm=warm)
         lml = np.array([c["res"].log_marginal_likelihood for c in comps], float)
         lml = np.where(np.isfinite(lml), lml, -np.inf)
         if not np.any(np.isfinite(lml)):
@@ -751,6 +799,16 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             self.cavity_mean_ = self.cavity_var_ = None
             return
         self.converged_ = bool(all(bool(c["res"].converged) for c in self._components))
+        if self._search_failed:
+            self.converged_ = False
+            warnings.warn(
+                f"StudentTGPRegressor(method={self.method!r}): the hyperparameter search "
+                "found no point where the inference converged, so the hyperparameters were "
+                "not optimised (converged_ is False); try a larger scale, method='auto' or "
+                "method='fractional'",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         self.n_iter_ = int(sum(int(c["res"].n_iter) for c in self._components))
         lml = np.array([float(c["res"].log_marginal_likelihood) for c in self._components])
         lml = lml[np.isfinite(lml)]
@@ -787,7 +845,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 ],
                 self._weights, self._y, self._y_mean, self._y_std,
             )  # fmt: skip
-        if not self.converged_ and self.method == "auto":
+        if self._search_failed:
+            pass  # warned above
+        elif not self.converged_ and self.method == "auto":
             msgs = [c["res"].message for c in self._components if not c["res"].converged]
             warnings.warn(f"StudentTGPRegressor: {msgs[0]}", ConvergenceWarning, stacklevel=3)
         elif not self.converged_:
