@@ -35,6 +35,11 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep.kernel_gradient import (
+    as_kernel_gradient,
+    contract_kernel_gradient,
+    kernel_gradient_matvec,
+)
 from robustep.linalg import jittered_cholesky
 
 __all__ = ["LaplaceResult", "laplace_approximation", "laplace_log_marginal_likelihood_gradient"]
@@ -251,7 +256,8 @@ def laplace_log_marginal_likelihood_gradient(result: LaplaceResult, K_gradient, 
     Parameters
     ----------
     result : LaplaceResult at the converged mode.
-    K_gradient : (n, n, p) dK/d log theta_kernel (sklearn's ``eval_gradient`` layout).
+    K_gradient : (n, n, p) dK/d log theta_kernel (sklearn's ``eval_gradient`` layout), or
+        a lazy :class:`robustep.kernel_gradient.RBFKernelGradient`.
     likelihood, y : as passed to :func:`laplace_approximation`.
 
     Returns
@@ -264,10 +270,8 @@ def laplace_log_marginal_likelihood_gradient(result: LaplaceResult, K_gradient, 
     R = W - W Sigma W = W (I + K W)^-1.
     """
     y = likelihood.validate_targets(y)
-    K_gradient = np.asarray(K_gradient, float)
+    K_gradient = as_kernel_gradient(K_gradient)
     n = result.mode.size
-    if K_gradient.ndim == 2:
-        K_gradient = K_gradient[:, :, None]
     if K_gradient.shape[:2] != (n, n):
         raise ValueError(f"K_gradient must have shape ({n}, {n}, p), got {K_gradient.shape}")
     L, C, W = result.L, result.C, result.W
@@ -283,9 +287,12 @@ def laplace_log_marginal_likelihood_gradient(result: LaplaceResult, K_gradient, 
         return b - K @ (R @ b)
 
     # Kernel hyperparameters (explicit + implicit through the mode).
-    Ka = np.einsum("ijp,j->ip", K_gradient, a)
-    explicit_k = 0.5 * np.einsum("i,ip->p", a, Ka) - 0.5 * np.einsum("ij,ijp->p", R, K_gradient)
-    b = np.einsum("ijp,j->ip", K_gradient, d1)
+    # a^T K_j a / 2 - tr(R K_j) / 2 = sum_ij M_ij K_j(i, j) with M = (a a^T - R) / 2
+    M = np.multiply.outer(a, a)
+    M -= R
+    M *= 0.5
+    explicit_k = contract_kernel_gradient(K_gradient, M)
+    b = kernel_gradient_matvec(K_gradient, d1)  # K_j d1, (n, p)
     grad_kernel = explicit_k + s2 @ implicit(b)
 
     # Likelihood hyperparameters.

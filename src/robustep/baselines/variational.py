@@ -42,6 +42,7 @@ from scipy.special import digamma, gammaln
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines import _student_t as st
+from robustep.kernel_gradient import KernelWithGradient, contract_kernel_gradient
 from robustep.likelihoods import StudentT
 from robustep.linalg import jittered_cholesky
 
@@ -87,12 +88,16 @@ class _HeteroscedasticGP:
         )
 
     def kernel_gradient(self, K_gradient):
-        """d log N(y|0, K + Gamma) / d log theta_kernel = (a^T K_j a - tr(Ky^-1 K_j)) / 2."""
-        Kyinv = self._Linv.T @ self._Linv
-        return 0.5 * (
-            np.einsum("i,ijp,j->p", self.alpha, K_gradient, self.alpha)
-            - np.einsum("ij,ijp->p", Kyinv, K_gradient)
-        )
+        """d log N(y|0, K + Gamma) / d log theta_kernel = (a^T K_j a - tr(Ky^-1 K_j)) / 2, (p,).
+
+        K_gradient : (n, n, p) or (n, n) array, or a lazy
+        :class:`robustep.kernel_gradient.RBFKernelGradient`; one contraction with
+        M = (a a^T - Ky^-1) / 2.
+        """
+        M = np.multiply.outer(self.alpha, self.alpha)
+        M -= self._Linv.T @ self._Linv
+        M *= 0.5
+        return contract_kernel_gradient(K_gradient, M)
 
     def posterior_covariance(self):
         G = self.noise
@@ -197,9 +202,6 @@ def vb_log_marginal_likelihood_gradient(result: VBResult, K_gradient, likelihood
     """
     y = np.asarray(y, float)
     df, scale = st.student_t_params(likelihood)
-    K_gradient = np.asarray(K_gradient, float)
-    if K_gradient.ndim == 2:
-        K_gradient = K_gradient[:, :, None]
     gk = result._gp.kernel_gradient(K_gradient)
     x0 = np.maximum((df + 1.0) * result.gamma - df * scale**2, 0.0)
     gl = StudentT(df, scale).log_prob_parameter_gradient(y, y + np.sqrt(x0)).sum(axis=0)
@@ -292,9 +294,6 @@ def fvb_bound_gradient(result: FVBResult, K_gradient, likelihood):
     d/d log nu = nu sum(log(nu sigma^2/2)/2 + 1/2 - psi(nu/2)/2 - E log V/2 - sigma^2 E[1/V]/2).
     """
     df, scale = st.student_t_params(likelihood)
-    K_gradient = np.asarray(K_gradient, float)
-    if K_gradient.ndim == 2:
-        K_gradient = K_gradient[:, :, None]
     gk = result._gp.kernel_gradient(K_gradient)
     a, b = result.a, result.b
     ElogV = np.log(b) - digamma(a)
@@ -341,6 +340,7 @@ def fvb_em(
     y = np.asarray(y, float)
     kern = kernel
     lik = likelihood
+    kernel_and_gradient = KernelWithGradient(kernel, X)  # K, dK/dlog theta at any theta
     res = factorized_vb(kern(X), y, lik)
     old = res.elbo
     converged = False
@@ -352,10 +352,9 @@ def fvb_em(
         th0 = np.concatenate([kern.theta, np.log([lik.df, lik.scale])])
         kb = [tuple(r) for r in kern.bounds]
 
-        def negobj(th, a=a, b=b, kern=kern, nk=nk, lik=lik):
-            k2 = kern.clone_with_theta(th[:nk])
+        def negobj(th, a=a, b=b, nk=nk, lik=lik):
             l2 = _with_df_scale(lik, np.exp(th[nk]), np.exp(th[nk + 1]))
-            Kx, Kg = k2(X, eval_gradient=True)
+            Kx, Kg = kernel_and_gradient(th[:nk])
             try:
                 gp = _HeteroscedasticGP(Kx, y, b / a)
             except linalg.LinAlgError:

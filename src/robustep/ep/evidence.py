@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from robustep.kernel_gradient import contract_kernel_gradient
+
 
 def local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power):
     """Per-site terms (1/eta)[log Z^ + A_g(cavity) - A_g(reference)] - constants, shape (n,).
@@ -64,7 +66,8 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     ----------
     result : EPResult (converged).
     K_gradient : (n, n, p) derivatives of K w.r.t. log kernel hyperparameters
-        (as returned by ``kernel(X, eval_gradient=True)[1]``).
+        (as returned by ``kernel(X, eval_gradient=True)[1]``), or a lazy
+        :class:`robustep.kernel_gradient.RBFKernelGradient`.
     likelihood : the likelihood used in the run.
     y : (n,) targets.
 
@@ -73,13 +76,14 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     grad_kernel : (p,)
     grad_likelihood : (q,) in the order of ``likelihood.hyperparameter_names``.
     """
-    K_gradient = np.asarray(K_gradient, dtype=float)
     post = result.posterior
-    alpha = post.alpha
-    R = post.R_matrix()
-    grad_kernel = 0.5 * np.einsum("i,ijk,j->k", alpha, K_gradient, alpha) - 0.5 * np.einsum(
-        "ij,jik->k", R, K_gradient
-    )
+    alpha = np.asarray(post.alpha, dtype=float)
+    R = np.asarray(post.R_matrix(), dtype=float)
+    # sum_ij M_ij dK_k(i, j) with M = (alpha alpha^T - R^T) / 2: both terms in one contraction
+    M = np.multiply.outer(alpha, alpha)
+    M -= R.T
+    M *= 0.5
+    grad_kernel = contract_kernel_gradient(K_gradient, M)
     return grad_kernel, likelihood_gradient(result, likelihood, y)
 
 

@@ -46,7 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
-from robustep.estimators._kernel_gradient import KernelWithGradient
+from robustep.kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.quadrature import gamma_scale_mixture_nodes
 
@@ -232,9 +232,9 @@ class _GaussianGP:
         return self.gp.predict(K_cross, k_diag)
 
     def gradient(self, K_gradient):
-        n = self.mean.size
         gk = self.gp.kernel_gradient(K_gradient)
-        gs = self.gp.kernel_gradient((2.0 * self.s2 * np.eye(n))[:, :, None])[0]
+        # d(K + s2 I)/dlog sigma = 2 s2 I: (alpha^T alpha - tr(Ky^-1)) s2, no (n, n) array
+        gs = self.s2 * float(self.gp.alpha @ self.gp.alpha - np.sum(self.gp.Kyinv_diag))
         return gk, gs
 
 
@@ -494,8 +494,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
         state = {"warm": None}
-        # K and dK/dlog theta from cached squared distances (ConstantKernel * RBF), else
-        # scikit-learn's kernel call (estimators/_kernel_gradient.py)
+        # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
+        # kernel call and its dense gradient (robustep/kernel_gradient.py)
         kernel_and_gradient = KernelWithGradient(kernel, X)
 
         def unpack(x):
