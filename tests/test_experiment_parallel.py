@@ -1,5 +1,6 @@
 """robustep.experiments.parallel and the runner's --jobs / --set plumbing."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -16,6 +17,10 @@ def _square_and_warn(x, *, offset=0):
     if x == 2:
         warnings.warn(f"unit {x} warns", UserWarning, stacklevel=1)
     return x * x + offset
+
+
+def _square(x):
+    return x * x
 
 
 def test_serial_by_default_and_in_order():
@@ -120,6 +125,38 @@ def test_units_saved_as_they_finish_and_reused_with_two_processes(tmp_path):
     with save_units(units):
         parallel_map(other, [0])
     assert len(list(calls_dir.iterdir())) == 8
+
+
+def test_progress_estimate_uses_the_units_weights(tmp_path):
+    """Units of very different costs (tgp-benchmark: MCMC vs GA) dispatched longest first:
+    the estimate counts work, not units."""
+    import time
+
+    seen = []
+    with save_units(None, seen.append):
+        assert parallel_map(_square, range(4), weights=[8.0, 1.0, 0.5, 0.5]) == [0, 1, 4, 9]
+    assert [(p.work_done, p.work_total) for p in seen] == [
+        (0.0, 10.0),
+        (8.0, 10.0),
+        (9.0, 10.0),
+        (9.5, 10.0),
+        (10.0, 10.0),
+    ]
+    after_first = dataclasses.replace(seen[1], started=time.perf_counter() - 80.0)
+    assert after_first.remaining_seconds() == pytest.approx(20.0, rel=0.01)  # 80 s per 8
+    unweighted = dataclasses.replace(after_first, work_total=None)
+    assert unweighted.remaining_seconds() == pytest.approx(240.0, rel=0.01)  # 80 s per unit
+    with pytest.raises(ValueError, match="weights must be 2 positive"):
+        parallel_map(_square, range(2), weights=[1.0, 0.0])
+    # resumed units count as loaded work
+    units = tmp_path / "units"
+    with save_units(units):
+        parallel_map(_square, range(3), weights=[4.0, 2.0, 2.0])
+    (sorted(units.glob("*.pkl"))[0]).unlink()
+    seen.clear()
+    with save_units(units, seen.append):
+        parallel_map(_square, range(3), weights=[4.0, 2.0, 2.0])
+    assert (seen[0].work_done, seen[0].work_loaded, seen[0].work_total) == (4.0, 4.0, 8.0)
 
 
 def test_a_corrupt_unit_file_is_recomputed(tmp_path):

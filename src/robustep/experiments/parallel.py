@@ -32,7 +32,7 @@ import pickle
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,23 +89,36 @@ class UnitProgress:
 
     done : units finished (including ``loaded``); total : units in this call;
     loaded : units read back from ``units/`` (``--resume``) instead of computed;
-    started : ``time.perf_counter()`` when the call began computing.
+    started : ``time.perf_counter()`` when the call began computing;
+    work_done, work_total, work_loaded : the same in the units' relative costs when the
+    experiment passed ``weights`` to :func:`parallel_map` (None otherwise).
     """
 
     done: int
     total: int
     loaded: int
     started: float
+    work_done: float | None = None
+    work_total: float | None = None
+    work_loaded: float | None = None
 
     def remaining_seconds(self) -> float | None:
-        """Estimated seconds left for this call (None before the first computed unit)."""
+        """Estimated seconds left for this call (None before the first computed unit).
+
+        Elapsed time per unit of work computed so far, times the work left: in units, or
+        in the relative costs when known (units of very different sizes, dispatched
+        longest first, would otherwise make the estimate far too long)."""
         if self.done >= self.total:
             return 0.0
         computed = self.done - self.loaded
         if computed <= 0:
             return None
-        rate = (time.perf_counter() - self.started) / computed
-        return rate * (self.total - self.done)
+        elapsed = time.perf_counter() - self.started
+        if self.work_total is not None:
+            work = self.work_done - self.work_loaded
+            if work > 0:
+                return elapsed / work * (self.work_total - self.work_done)
+        return elapsed / computed * (self.total - self.done)
 
 
 @dataclasses.dataclass
@@ -205,15 +218,22 @@ def _run_unit(
     return index, result, collected
 
 
-def parallel_map(func: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+def parallel_map(
+    func: Callable[[Any], Any], items: Iterable[Any], weights: Sequence[float] | None = None
+) -> list[Any]:
     """``[func(item) for item in items]``, over :func:`n_jobs` processes when > 1.
 
     ``func`` must be picklable (a module-level function or a ``functools.partial``
     of one) when more than one job is used.  Results keep the order of ``items``.
     An exception in a unit is raised here, as in the serial loop (units finished
-    before it stay saved when the runner saves units).
+    before it stay saved when the runner saves units).  ``weights``: optional relative
+    cost of each item (positive, finite), used only for the progress estimate.
     """
     items = list(items)
+    if weights is not None:
+        weights = [float(w) for w in weights]
+        if len(weights) != len(items) or not all(0 < w < float("inf") for w in weights):
+            raise ValueError(f"weights must be {len(items)} positive finite numbers, one per item")
     store = _STORE.get()
     call = 0
     if store is not None:
@@ -235,10 +255,18 @@ def parallel_map(func: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     loaded = len(items) - len(todo)
     started = time.perf_counter()
     done = loaded
+    work = None
+    if weights is not None:
+        work_loaded = sum(weights) - sum(weights[i] for i in todo)
+        work = {"done": work_loaded, "total": sum(weights), "loaded": work_loaded}
 
     def tick() -> None:
         if store is not None and store.on_progress is not None:
-            store.on_progress(UnitProgress(done, len(items), loaded, started))
+            extra = {} if work is None else {
+                "work_done": work["done"], "work_total": work["total"],
+                "work_loaded": work["loaded"],
+            }  # fmt: skip
+            store.on_progress(UnitProgress(done, len(items), loaded, started, **extra))
 
     tick()
     jobs = min(n_jobs(), len(todo))
@@ -260,5 +288,7 @@ def parallel_map(func: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
                 warnings.warn(message, category, stacklevel=2)
             results[i] = result
             done += 1
+            if work is not None:
+                work["done"] += weights[i]
             tick()
     return results

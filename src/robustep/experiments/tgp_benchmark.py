@@ -232,7 +232,9 @@ def run(config: dict, seed: int) -> dict:
                     items.append((m, s, per_chain if m == "MCMC" else None, data))
                     cost.append(_COST.get(m, 1) * len(ytr) ** 3 / (n_chains if m == "MCMC" else 1))
     order = sorted(range(len(items)), key=lambda i: -cost[i])  # longest first
-    done = parallel_map(partial(_unit, config=config), [items[i] for i in order])
+    done = parallel_map(
+        partial(_unit, config=config), [items[i] for i in order], [cost[i] for i in order]
+    )
     by_key = {keys[i]: r for i, r in zip(order, done, strict=True)}
 
     out = {
