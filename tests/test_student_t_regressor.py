@@ -131,21 +131,17 @@ def test_ep3_grid_weights():
         StudentTGPRegressor(method="mcmc", df_grid=True).fit(X, y)
 
 
-def test_ep3_grid_order_walks_out_from_the_initial_df():
+def test_ep3_grid_order_walks_up_from_the_smallest_df():
     from robustep.estimators.student_t_regressor import _df_grid_order
 
     grid = default_df_grid()
-    order = _df_grid_order(grid, 4.0)
-    assert sorted(j for j, _, _ in order) == list(range(grid.size))
-    start = order[0]
-    assert start[2] is None and start[1] == pytest.approx(grid[np.argmin(np.abs(grid - 4.0))])
-    for j, nu, prev in order[1:]:  # every later value starts from a visited neighbour
-        assert abs(j - prev) == 1 and prev in [o[0] for o in order[: order.index((j, nu, prev))]]
+    order = _df_grid_order(grid)
+    assert [j for j, _, _ in order] == list(range(grid.size))
+    assert order[0][2] is None and [p for _, _, p in order[1:]] == list(range(grid.size - 1))
     # an unsorted grid is walked in increasing nu; indices refer to the given order
-    shuffled = np.array([10.0, 2.0, 4.0, 1.5])
-    got = _df_grid_order(shuffled, 4.0)
-    assert [j for j, _, _ in got] == [2, 0, 1, 3]
-    assert [p for _, _, p in got] == [None, 2, 2, 1]
+    got = _df_grid_order(np.array([10.0, 2.0, 4.0, 1.5]))
+    assert [j for j, _, _ in got] == [3, 1, 2, 0]
+    assert [p for _, _, p in got] == [None, 3, 1, 2]
 
 
 def test_ep3_optimises_every_grid_value():
