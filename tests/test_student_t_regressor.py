@@ -153,7 +153,7 @@ def test_ep3_optimises_every_grid_value():
     assert est.converged_
     scales = [c["scale"] for c in est._components]
     assert len(set(np.round(scales, 8))) == len(grid)
-    for c, nu in zip(est._components, grid):
+    for c, nu in zip(est._components, grid, strict=True):
         fixed = StudentTGPRegressor(
             kernel=c["kernel"], method="ep", df=nu, scale=c["scale"], optimizer=None
         ).fit(X, y)
