@@ -5,6 +5,8 @@ Accuracy against numerical references lives in tests/test_likelihood_accuracy.py
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -165,6 +167,22 @@ def test_log_prob_derivatives_finite_differences(lik):
 def test_student_t_second_derivative_can_be_positive():
     _, _, d2, _ = StudentT(4.0, 1.0).log_prob_derivatives(np.array([10.0]), np.array([0.0]))
     assert d2[0] > 0
+
+
+def test_student_t_derivatives_at_huge_residuals_are_their_limits():
+    """A residual whose square overflows (a diverged Laplace step) gives d1, d2, d3 -> 0,
+    not inf / inf (issue 12: RuntimeWarnings in the full tgp-benchmark run)."""
+    lik = StudentT(1.5, 0.1)
+    f = np.array([1e200, -1e200, 1e155, 3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, d1, d2, d3 = lik.log_prob_derivatives(np.zeros(4), f)
+    assert np.all(d1[:3] == 0.0) and np.all(d2[:3] == 0.0) and np.all(d3[:3] == 0.0)
+    # the ordinary case against the textbook form
+    nu, c, r = 1.5, 1.5 * 0.01, -3.0
+    q = c + r * r
+    assert d2[3] == pytest.approx((nu + 1) * (r * r - c) / q**2, rel=1e-13)
+    assert d3[3] == pytest.approx(2 * (nu + 1) * r * (r * r - 3 * c) / q**3, rel=1e-13)
 
 
 def test_probit_derivatives_far_tail_are_finite():

@@ -416,12 +416,15 @@ class StudentT(Likelihood):
         nu, s = self.df, self.scale
         c = nu * s * s
         r = y - f
-        q = c + r * r
-        logp = self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(r * r / c)
+        with np.errstate(over="ignore"):  # r^2 = inf is the right limit: log p = -inf
+            q = c + r * r
+            logp = self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(r * r / c)
         # log p = const - (nu+1)/2 log(c + r^2); r = y - f so d/df = -d/dr
+        # r^2 - c = q - 2c and r^2 - 3c = q - 4c: written with q so that a residual whose
+        # square overflows (q = inf) gives the limits 0 instead of inf / inf; no q**3
         d1 = (nu + 1.0) * r / q
-        d2 = (nu + 1.0) * ((r * r - c) / q) / q
-        d3 = 2.0 * (nu + 1.0) * (r / q) * ((r * r - 3.0 * c) / q) / q  # no q**3 overflow
+        d2 = (nu + 1.0) * (1.0 - 2.0 * c / q) / q
+        d3 = 2.0 * (nu + 1.0) * (r / q) * (1.0 - 4.0 * c / q) / q
         return logp, d1, d2, d3
 
     def log_prob_parameter_gradient(self, y, f):
