@@ -803,14 +803,6 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.converged_ = bool(all(bool(c["res"].converged) for c in self._components))
         if self._search_failed:
             self.converged_ = False
-            warnings.warn(
-                f"StudentTGPRegressor(method={self.method!r}): the hyperparameter search "
-                "found no point where the inference converged, so the hyperparameters were "
-                "not optimised (converged_ is False); try a larger scale, method='auto' or "
-                "method='fractional'",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
         self.n_iter_ = int(sum(int(c["res"].n_iter) for c in self._components))
         lml = np.array([float(c["res"].log_marginal_likelihood) for c in self._components])
         lml = lml[np.isfinite(lml)]
@@ -848,7 +840,14 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 self._weights, self._y, self._y_mean, self._y_std,
             )  # fmt: skip
         if self._search_failed:
-            pass  # warned above
+            warnings.warn(
+                f"StudentTGPRegressor(method={self.method!r}): the hyperparameter search "
+                "found no point where the inference converged, so the hyperparameters were "
+                "not optimised (converged_ is False); try a larger scale, method='auto' or "
+                "method='fractional'",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         elif not self.converged_ and self.method == "auto":
             msgs = [c["res"].message for c in self._components if not c["res"].converged]
             warnings.warn(f"StudentTGPRegressor: {msgs[0]}", ConvergenceWarning, stacklevel=3)
