@@ -3,6 +3,7 @@
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
 from robustep.ep.multiclass import MulticlassEPResult, nested_ep
+from robustep.ep.multiclass_general import RobustMulticlassEPResult, robust_nested_ep
 from robustep.ep.state import EPResult
 from robustep.ep.updates import moment_matching_update
 
@@ -14,4 +15,6 @@ __all__ = [
     "moment_matching_update",
     "MulticlassEPResult",
     "nested_ep",
+    "RobustMulticlassEPResult",
+    "robust_nested_ep",
 ]

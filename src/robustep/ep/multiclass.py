@@ -184,9 +184,10 @@ class MulticlassEPResult:
         """Latent predictive mean (m, c) and covariance (m, c, c); see MulticlassPosterior."""
         return self.posterior.predict(K_cross, k_diag)
 
-    def log_Z_gradient(self, K_gradient):
+    def log_Z_gradient(self, K_gradient, *, per_class=False):
         """d log Z_EP / d θ (p,) at the fixed point, from dK (n, n, p) shared by all classes
-        or (c, n, n, p) per class.
+        or (c, n, n, p) per class; with ``per_class`` (dK (c, n, n, p), every class its own
+        p hyperparameters) the c gradients concatenated, (c p,).
 
         d log Z / d θ = Σ_j ½ γ_j^T (∂K_j) γ_j - ½ tr(R_jj ∂K_j), R_jj = E_j - E_j C^{-1} E_j
         (explicit derivative at an EP fixed point; docs/derivations/multiclass.md §5, eq. M12).
@@ -201,12 +202,12 @@ class MulticlassEPResult:
                 F = linalg.solve_triangular(post.L_C, post.E[j], lower=True, check_finite=False)
                 G += 0.5 * np.outer(gamma[:, j], gamma[:, j]) - 0.5 * (post.E[j] - F.T @ F)
             return G.reshape(-1) @ dK.reshape(n * n, -1)
-        grad = np.zeros(dK.shape[-1])
+        grads = []
         for j in range(c):
             F = linalg.solve_triangular(post.L_C, post.E[j], lower=True, check_finite=False)
             M = 0.5 * np.outer(gamma[:, j], gamma[:, j]) - 0.5 * (post.E[j] - F.T @ F)
-            grad += M.reshape(-1) @ dK[j].reshape(n * n, -1)
-        return grad
+            grads.append(M.reshape(-1) @ dK[j].reshape(n * n, -1))
+        return np.concatenate(grads) if per_class else np.sum(grads, axis=0)
 
 
 def _log_Z(y, Ks, alpha, beta, post, precision, shift, log_const):
@@ -231,6 +232,103 @@ def _as_class_covariances(K, c):
             f"got shape {K.shape}"
         )
     return K
+
+
+# ------------------------------------------------------------- the outer loop, shared
+def _n_classes(y, n_classes):
+    """c from ``n_classes`` (default ``max(y) + 1``); ValueError below 2."""
+    if n_classes is None:
+        n_classes = int(np.max(y)) + 1 if y.size else 2
+    c = int(n_classes)
+    if c < 2:
+        raise ValueError(f"n_classes must be >= 2, got {n_classes!r}")
+    return c
+
+
+def _check_loop_options(damping, max_iter, tol):
+    """ValueError for a damping outside [0, 1), a max_iter < 1 or a tol <= 0."""
+    if not 0.0 <= float(damping) < 1.0:
+        raise ValueError(f"damping must be in [0, 1), got {damping!r}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not float(tol) > 0:
+        raise ValueError(f"tol must be positive, got {tol!r}")
+
+
+def _initial_inner_sites(init, y, c):
+    """Inner sites (alpha, beta) (n, c) each: zeros, or copies of ``init`` with the
+    true-class column zeroed (it carries no inner site)."""
+    n = y.shape[0]
+    if init is None:
+        return np.zeros((n, c)), np.zeros((n, c))
+    alpha = np.array(init[0], dtype=float)
+    beta = np.array(init[1], dtype=float)
+    if alpha.shape != (n, c) or beta.shape != (n, c):
+        raise ValueError(f"init must be (alpha, beta) of shape ({n}, {c}) each")
+    rows = np.arange(n)
+    alpha[rows, y] = 0.0
+    beta[rows, y] = 0.0
+    return alpha, beta
+
+
+@dataclasses.dataclass
+class OuterLoop:
+    """What :func:`outer_loop` returns: ``state`` = (alpha, beta, site_precision,
+    site_shift, log_const, posterior) of the last valid iteration."""
+
+    state: tuple
+    converged: bool
+    n_iter: int
+    history: dict
+
+
+def outer_loop(y, sites, posterior, *, damping, max_iter, tol, inner_sweeps):
+    """The outer iterations of nested EP (Riihimäki et al. §4), for any posterior.
+
+    ``posterior(site_precision (n, c, c), site_shift (n, c), pi (n, c))`` returns an
+    object with ``mean`` (n, c) and marginal ``cov`` (n, c, c) and raises
+    ``numpy.linalg.LinAlgError`` when it cannot be formed (the dense posterior above, or
+    the FITC one of :mod:`robustep.ep.multiclass_sparse`).  Each iteration: the cavities,
+    one inner-EP pass per site warm-started from its inner sites, a damped step of the
+    inner sites; converged when the largest undamped change is below ``tol``.  A step
+    that gives a non-finite or invalid state ends the loop with the last valid state.
+    """
+    alpha, beta = sites
+
+    def state(a, b):
+        prec, shift, pi, log_const = site_natural_parameters(y, a, b)
+        return prec, shift, log_const, posterior(prec, shift, pi)
+
+    prec, shift, log_const, post = state(alpha, beta)
+    history = {"max_change": []}
+    converged = False
+    n_iter = 0
+    for it in range(int(max_iter)):
+        cav_m, cav_S, ok = _cavities(post.mean, post.cov, prec, shift)
+        a_new, b_new, _ = inner_ep(y, cav_m, cav_S, alpha, beta, n_sweeps=inner_sweeps)
+        a_new = np.where(ok[:, None], a_new, alpha)
+        b_new = np.where(ok[:, None], b_new, beta)
+        # the undamped step decides convergence (damping must not fake it)
+        with np.errstate(invalid="ignore"):
+            change = float(max(np.max(np.abs(a_new - alpha)), np.max(np.abs(b_new - beta))))
+        a_new = damping * alpha + (1.0 - damping) * a_new
+        b_new = damping * beta + (1.0 - damping) * b_new
+        if not (np.all(np.isfinite(a_new)) and np.all(np.isfinite(b_new))):
+            break
+        try:
+            new = state(a_new, b_new)
+        except np.linalg.LinAlgError:
+            break
+        if not (np.all(np.isfinite(new[3].mean)) and np.all(np.isfinite(new[3].cov))):
+            break
+        history["max_change"].append(change)
+        alpha, beta = a_new, b_new
+        prec, shift, log_const, post = new
+        n_iter = it + 1
+        if change < tol:
+            converged = True
+            break
+    return OuterLoop((alpha, beta, prec, shift, log_const, post), converged, n_iter, history)
 
 
 def nested_ep(
@@ -266,18 +364,9 @@ def nested_ep(
     the last valid state is kept and ``converged`` is False.
     """
     y = np.asarray(y)
-    if n_classes is None:
-        n_classes = int(np.max(y)) + 1 if y.size else 2
-    c = int(n_classes)
-    if c < 2:
-        raise ValueError(f"n_classes must be >= 2, got {n_classes!r}")
+    c = _n_classes(y, n_classes)
     y = _check_labels(y, c)
-    if not 0.0 <= float(damping) < 1.0:
-        raise ValueError(f"damping must be in [0, 1), got {damping!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
-    if not float(tol) > 0:
-        raise ValueError(f"tol must be positive, got {tol!r}")
+    _check_loop_options(damping, max_iter, tol)
     Ks = _as_class_covariances(K, c)
     n = Ks.shape[1]
     if y.shape[0] != n:
@@ -286,51 +375,16 @@ def nested_ep(
         )
     if not np.all(np.isfinite(Ks)):
         raise ValueError("K contains NaN or inf; check the kernel hyperparameters and inputs")
-    rows = np.arange(n)
-    if init is None:
-        alpha, beta = np.zeros((n, c)), np.zeros((n, c))
-    else:
-        alpha = np.array(init[0], dtype=float)
-        beta = np.array(init[1], dtype=float)
-        if alpha.shape != (n, c) or beta.shape != (n, c):
-            raise ValueError(f"init must be (alpha, beta) of shape ({n}, {c}) each")
-        alpha[rows, y] = 0.0
-        beta[rows, y] = 0.0
 
-    def state(a, b):
-        prec, shift, pi, log_const = site_natural_parameters(y, a, b)
-        post = multiclass_posterior(Ks, pi, shift)
-        return prec, shift, log_const, post
+    def posterior(precision, shift, pi):
+        return multiclass_posterior(Ks, pi, shift)
 
-    prec, shift, log_const, post = state(alpha, beta)
-    history = {"max_change": []}
-    converged = False
-    n_iter = 0
-    for it in range(int(max_iter)):
-        cav_m, cav_S, ok = _cavities(post.mean, post.cov, prec, shift)
-        a_new, b_new, _ = inner_ep(y, cav_m, cav_S, alpha, beta, n_sweeps=inner_sweeps)
-        a_new = np.where(ok[:, None], a_new, alpha)
-        b_new = np.where(ok[:, None], b_new, beta)
-        # the undamped step decides convergence (damping must not fake it)
-        with np.errstate(invalid="ignore"):
-            change = float(max(np.max(np.abs(a_new - alpha)), np.max(np.abs(b_new - beta))))
-        a_new = damping * alpha + (1.0 - damping) * a_new
-        b_new = damping * beta + (1.0 - damping) * b_new
-        if not (np.all(np.isfinite(a_new)) and np.all(np.isfinite(b_new))):
-            break
-        try:
-            new = state(a_new, b_new)
-        except np.linalg.LinAlgError:
-            break
-        if not (np.all(np.isfinite(new[3].mean)) and np.all(np.isfinite(new[3].cov))):
-            break
-        history["max_change"].append(change)
-        alpha, beta = a_new, b_new
-        prec, shift, log_const, post = new
-        n_iter = it + 1
-        if change < tol:
-            converged = True
-            break
+    loop = outer_loop(
+        y, _initial_inner_sites(init, y, c), posterior,
+        damping=damping, max_iter=max_iter, tol=tol, inner_sweeps=inner_sweeps,
+    )  # fmt: skip
+    alpha, beta, prec, shift, log_const, post = loop.state
+    converged, n_iter = loop.converged, loop.n_iter
     log_Z = _log_Z(y, Ks, alpha, beta, post, prec, shift, log_const)
     if not np.isfinite(log_Z):  # an invalid cavity: no evidence (never NaN)
         converged = False
@@ -353,7 +407,7 @@ def nested_ep(
         log_Z=float(log_Z),
         converged=bool(converged),
         n_iter=n_iter,
-        history=history,
+        history=loop.history,
         posterior=post,
         y=y,
     )

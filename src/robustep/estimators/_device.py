@@ -1,7 +1,8 @@
 """Device support of the estimators: the kernel matrix, the fit and the evidence gradient
 on a PyTorch device (``device="cpu"``, ``"cuda"``, ``"cuda:1"``), predictions back in numpy.
 
-With ``device`` set, :class:`robustep.estimators.GPClassifier` builds K on the device
+With ``device`` set, :class:`robustep.estimators.GPClassifier` (and, for its EP methods,
+:class:`robustep.estimators.StudentTGPRegressor`) builds K on the device
 (:mod:`robustep._kernels_xp` for the stationary kernels; others by scikit-learn and
 moved), runs EP on an :class:`robustep.posterior.ArrayPrior` (every O(n^2) / O(n^3)
 operation on the device; the O(n) per-site work in numpy), and computes the evidence
@@ -47,12 +48,20 @@ def torch_like(device, dtype="float64"):
     return like
 
 
-def check_fit(estimator, y):
+def check_fit(estimator, y, methods=None):
     """What ``device`` supports (dense EP); returns the template array.
 
-    More than two classes: one-vs-rest fits its binary classifiers on the device; the
-    multinomial core runs in numpy (estimators/_multiclass.py does not use ``device``).
+    ``methods``: the estimator's methods that run on a device (StudentTGPRegressor's EP
+    methods); None: every method but "laplace" (GPClassifier).  More than two classes:
+    one-vs-rest fits its binary classifiers on the device; the multinomial core runs in
+    numpy (estimators/_multiclass.py does not use ``device``).
     """
+    if methods is not None and estimator.method not in methods:
+        listed = ", ".join(repr(m) for m in methods)
+        raise ValueError(
+            f"device is supported by the EP methods ({listed}); use one of them, or "
+            f"device=None with method={estimator.method!r}"
+        )
     if estimator.method == "laplace":
         raise ValueError("device is supported by the EP methods; use device=None with "
                          "method='laplace'")  # fmt: skip

@@ -46,8 +46,6 @@ def multinomial_supported(estimator) -> str | None:
         )
     if estimator.schedule != "parallel":
         return "nested EP updates its sites in parallel (schedule='parallel')"
-    if getattr(estimator, "inducing_points", None) is not None:
-        return "nested EP uses the dense prior (inducing_points=None)"
     return None
 
 
@@ -59,7 +57,12 @@ class MultinomialCore:
     blocks of 50 iterations, the damping moving halfway to 1 after a block without
     progress),
     ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b" or None),
-    ``n_restarts_optimizer``, ``random_state``.
+    ``n_restarts_optimizer``, ``random_state``, ``label_noise`` (ε > 0: the label-noise
+    multinomial probit by :func:`robustep.ep.multiclass_general.robust_nested_ep`, general
+    c x c sites, possibly indefinite; ε = 0: nested EP, the same code as without it),
+    ``per_class_kernel`` (True: each class's latent GP gets its own copy of ``kernel``'s
+    hyperparameters, held as a CompoundKernel and optimised jointly with the evidence
+    gradient, eq. M12 per class; False: one kernel shared by the c classes).
 
     After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``.
     """
@@ -74,6 +77,8 @@ class MultinomialCore:
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         random_state=None,
+        label_noise=0.0,
+        per_class_kernel=False,
     ):
         self.kernel = kernel
         self.damping = damping
@@ -82,11 +87,19 @@ class MultinomialCore:
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
+        self.label_noise = label_noise
+        self.per_class_kernel = per_class_kernel
 
     # ------------------------------------------------------------- inference
     def _infer(self, K, init=None):
         from robustep.ep.multiclass import nested_ep
 
+        if self.label_noise:  # general c x c sites (ep/multiclass_general.py)
+            from functools import partial
+
+            from robustep.ep.multiclass_general import robust_nested_ep
+
+            nested_ep = partial(robust_nested_ep, label_noise=float(self.label_noise))
         if self.damping != "adaptive":
             return nested_ep(
                 K,
@@ -117,13 +130,15 @@ class MultinomialCore:
             if not last < best:
                 damping = 0.5 * (1.0 + damping)
             best = min(best, last)
-            init = (res.alpha, res.beta)
+            init = _warm_state(res)
         res.n_iter = total
         return res
 
     def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
-        kernel = self.kernel.clone_with_theta(theta)
-        if eval_gradient:
+        kernel = self._with_theta(theta)
+        if self.per_class_kernel:
+            K, K_gradient = _class_prior(kernel, self.X, eval_gradient)
+        elif eval_gradient:
             K, K_gradient = kernel(self.X, eval_gradient=True)
         else:
             K = kernel(self.X)
@@ -135,14 +150,27 @@ class MultinomialCore:
         value = float(res.log_Z)
         self._last_converged = bool(res.converged)
         if warm and np.isfinite(value) and res.converged:
-            self._warm = (res.alpha, res.beta)
+            self._warm = _warm_state(res)
             if value > self._best[0]:
                 self._best = (value, np.array(theta, dtype=float), res)
         if not eval_gradient:
             return value
         if not np.isfinite(value):
             return value, np.zeros_like(theta)
+        if self.per_class_kernel:  # theta: the c kernels' blocks, in class order
+            return value, np.asarray(res.log_Z_gradient(K_gradient, per_class=True), float)
         return value, np.asarray(res.log_Z_gradient(K_gradient), dtype=float)
+
+    def _with_theta(self, theta):
+        """The kernel at log hyperparameters ``theta`` (per class: c blocks of p)."""
+        if not self.per_class_kernel:
+            return self.kernel.clone_with_theta(theta)
+        from sklearn.gaussian_process.kernels import CompoundKernel
+
+        # CompoundKernel.clone_with_theta fails in scikit-learn (its theta setter): by hand
+        kernels = self.kernel.kernels
+        blocks = np.split(np.asarray(theta, dtype=float), len(kernels))
+        return CompoundKernel([k.clone_with_theta(t) for k, t in zip(kernels, blocks, strict=True)])
 
     def fit(self, X, y, n_classes):
         """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""
@@ -151,12 +179,18 @@ class MultinomialCore:
         self.n_classes = int(n_classes)
         self._best = (-np.inf, None, None)
         self._warm = None
+        if self.per_class_kernel and not hasattr(self.kernel, "kernels"):
+            from sklearn.base import clone
+            from sklearn.gaussian_process.kernels import CompoundKernel
+
+            self.kernel = CompoundKernel([clone(self.kernel) for _ in range(self.n_classes)])
         if self.optimizer is not None and self.kernel.n_dims > 0:
             self._optimise()
         _, theta, res = self._best
         self._best = self._warm = None
         if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
-            res = self._infer(self.kernel(self.X))
+            K = _class_prior(self.kernel, self.X)[0] if self.per_class_kernel else None
+            res = self._infer(self.kernel(self.X) if K is None else K)
         self.result = res
         return self
 
@@ -187,7 +221,7 @@ class MultinomialCore:
                 best_theta, best_value = sol.x, sol.fun
         if self._best[1] is not None and self._best[0] >= -best_value:
             best_theta = self._best[1]
-        self.kernel = self.kernel.clone_with_theta(best_theta)
+        self.kernel = self._with_theta(best_theta)
 
     def log_marginal_likelihood(self, theta, eval_gradient=False):
         """log Z_EP at log hyperparameters ``theta`` (and its gradient (p,))."""
@@ -198,6 +232,8 @@ class MultinomialCore:
         """Latent predictive mean (m, c) and covariance (m, c, c) at X (m, d)."""
         K_cross = self.kernel(X, self.X)
         k_diag = self.kernel.diag(X)
+        if self.per_class_kernel:  # CompoundKernel: (m, n, c) and (m, c)
+            K_cross, k_diag = np.moveaxis(K_cross, -1, 0), k_diag.T
         mean, cov = self.result.predict(K_cross, k_diag)
         mean = np.nan_to_num(mean, nan=0.0)
         return mean, cov
@@ -208,7 +244,26 @@ class MultinomialCore:
         from robustep.likelihoods.multinomial_probit import MultinomialProbit
 
         mean, cov = self.predict_latent(X)
+        if self.label_noise:
+            from robustep.likelihoods.noisy_multinomial_probit import NoisyMultinomialProbit
+
+            lik = NoisyMultinomialProbit(self.n_classes, float(self.label_noise))
+            return lik.predictive_probabilities(mean, cov)
         return MultinomialProbit(self.n_classes).predictive_probabilities(mean, cov)
+
+
+def _class_prior(kernel, X, eval_gradient=False):
+    """K (c, n, n) and dK (c, n, n, p) (or None) of a CompoundKernel of c kernels (p each)."""
+    if not eval_gradient:
+        return np.moveaxis(kernel(X), -1, 0), None
+    K, dK = kernel(X, eval_gradient=True)  # (n, n, c), (n, n, p, c)
+    return np.moveaxis(K, -1, 0), np.moveaxis(dK, -1, 0)
+
+
+def _warm_state(res):
+    """``init`` for the next nested-EP run: the inner sites (and the outer ones with noise)."""
+    warm = getattr(res, "warm_state", None)
+    return (res.alpha, res.beta) if warm is None else warm()
 
 
 def fit_one_vs_rest(estimator, X, y_index, n_classes):
@@ -286,9 +341,11 @@ def fit_multiclass(estimator, X, y):
     Sets the estimator's fitted attributes and returns it.  Attributes (beyond the binary
     ones' names): ``classes_`` (c,), ``multi_class_`` ("multinomial" / "one_vs_rest");
     multinomial: ``kernel_`` (shared by the c latent GPs), ``site_precision_`` (n, c, c),
-    ``site_shift_`` (n, c), ``log_marginal_likelihood_value_`` (nested EP's log Z_EP);
-    one-vs-rest: ``estimators_`` (c binary GPClassifiers), ``kernel_`` (a CompoundKernel of
-    their kernels, as scikit-learn's), ``log_marginal_likelihood_value_`` (their mean).
+    ``site_shift_`` (n, c), ``log_marginal_likelihood_value_`` (nested EP's log Z_EP),
+    ``inducing_points_`` ((m, d) with ``inducing_points``: the FITC model of
+    estimators/_multiclass_sparse.py; else None); one-vs-rest: ``estimators_`` (c binary
+    GPClassifiers), ``kernel_`` (a CompoundKernel of their kernels, as scikit-learn's),
+    ``log_marginal_likelihood_value_`` (their mean).
     """
     from sklearn.gaussian_process.kernels import RBF, CompoundKernel, ConstantKernel
     from sklearn.utils.multiclass import check_classification_targets
@@ -305,7 +362,13 @@ def fit_multiclass(estimator, X, y):
     c = classes.size
     mode = _resolve(estimator, c)
     if estimator.likelihood == "probit" and estimator.label_noise != 0:
-        raise ValueError("label_noise applies to likelihood='step'; set label_noise=0 for 'probit'")
+        _check_label_noise(estimator, mode, c)
+    per_class = getattr(estimator, "multi_class_kernel", "shared") == "per_class"
+    if per_class and mode == "multinomial" and estimator.inducing_points is not None:
+        raise ValueError(
+            "multi_class_kernel='per_class' is implemented for the dense multinomial model; "
+            "pass inducing_points=None, or multi_class_kernel='shared'"
+        )
     for name in list(vars(estimator)):  # fitted attributes of a previous (binary) fit
         if name.endswith("_") and not name.startswith("_") and name not in _KEEP:
             delattr(estimator, name)
@@ -331,8 +394,7 @@ def fit_multiclass(estimator, X, y):
         # parallel nested EP without damping oscillates for large kernel amplitudes
         # (docs/derivations/multiclass.md §3): "ep" uses the adaptive damping schedule
         damping = "adaptive" if estimator.method in ("auto", "ep") else estimator.damping
-        core = MultinomialCore(
-            kernel,
+        options = dict(
             damping=damping,
             max_iter=estimator.max_iter,
             tol=estimator.tol,
@@ -340,8 +402,23 @@ def fit_multiclass(estimator, X, y):
             n_restarts_optimizer=estimator.n_restarts_optimizer,
             random_state=estimator.random_state,
         )
+        if estimator.inducing_points is not None:  # FITC per class: _multiclass_sparse.py
+            from robustep.estimators._multiclass_sparse import SparseMultinomialCore
+
+            core = SparseMultinomialCore(
+                kernel, estimator.inducing_points,
+                optimize_inducing=estimator.optimize_inducing, **options,
+            )  # fmt: skip
+        else:
+            core = MultinomialCore(
+                kernel,
+                label_noise=float(estimator.label_noise),
+                per_class_kernel=per_class,
+                **options,
+            )
         with blas_thread_limit(X.shape[0]):
             core.fit(X, y_index, c)
+        estimator.inducing_points_ = getattr(core, "Z", None)
         res = core.result
         estimator.kernel_ = core.kernel
         estimator.converged_ = bool(res.converged)
@@ -365,6 +442,21 @@ def fit_multiclass(estimator, X, y):
             stacklevel=3,
         )
     return estimator
+
+
+def _check_label_noise(estimator, mode, n_classes):
+    """label_noise > 0 with likelihood='probit' and > 2 classes: the label-noise multinomial
+    probit (dense multinomial model only); ValueError otherwise."""
+    if mode != "multinomial" or estimator.inducing_points is not None:
+        raise ValueError(
+            "label_noise with likelihood='probit' and more than two classes is the label-noise "
+            "multinomial probit: it needs the dense multinomial model (multi_class="
+            "'multinomial' or 'auto', methods 'auto', 'ep' or 'damped', inducing_points=None); "
+            "otherwise set label_noise=0 (or use likelihood='step' with one-vs-rest)"
+        )
+    from robustep.likelihoods.noisy_multinomial_probit import check_label_noise
+
+    check_label_noise(estimator.label_noise, n_classes)
 
 
 class _Multinomial:

@@ -14,6 +14,11 @@ and ``optimize_inducing=True`` they are optimised jointly with the hyperparamete
 L-BFGS-B.  The jitter added to K_mm is fixed for a whole fit at 1e-6 times the mean prior
 variance of the initial inducing inputs, so that every evaluation of the optimiser uses
 the same model and the gradient is exact for it.
+
+``inducing_power=α < 1`` replaces FITC-EP by power EP with power α on the pseudo-point
+posterior (Bui, Yan & Turner 2017; :mod:`robustep.ep.sparse_power`, docs/derivations/
+sparse.md §8): the same inducing inputs, optimiser and predictions, the evidence (P7) and
+its gradient (P10, P11).  α = 1 (the default) keeps the FITC code path unchanged.
 """
 
 from __future__ import annotations
@@ -93,6 +98,32 @@ def check_inducing_gradient(est, kernel):
             f"for {kernel}; pass optimize_inducing=False (the hyperparameters are still "
             "optimised)"
         )
+
+
+def inducing_power_of(est, allowed_methods):
+    """The estimator's α (``inducing_power``, 1.0 when absent), validated.
+
+    With α < 1 only ``allowed_methods`` and in-memory inputs are accepted: the fractional
+    power η (method "power"/"fractional") is a different approximation and is not combined
+    with α, and relaxed EP has no power-α version.
+    """
+    from robustep.ep.sparse_power import check_inducing_power
+
+    alpha = check_inducing_power(getattr(est, "inducing_power", 1.0))
+    if alpha < 1.0:
+        if est.method not in allowed_methods:
+            raise ValueError(
+                f"inducing_power={alpha:g} (power EP on the pseudo-point posterior) works with "
+                f"method in {allowed_methods}, not method={est.method!r} (the fractional "
+                "power η of method 'power'/'fractional' tempers the sites under the FITC "
+                "prior, a different approximation); pass inducing_power=1 or another method"
+            )
+        if is_dask_array(getattr(est, "X_train_", None)) or is_dask_array(getattr(est, "_X", None)):
+            raise ValueError(
+                "inducing_power < 1 is not implemented for Dask inputs; compute X into "
+                "memory, or pass inducing_power=1 (FITC-EP)"
+            )
+    return alpha
 
 
 def _prior(kernel, X, Z, jitter):
@@ -311,12 +342,50 @@ def check_classifier(est):
         )
 
 
+GPC_POWER_METHODS = ("auto", "ep", "damped")
+TGP_POWER_METHODS = ("auto", "ep")
+
+
+def _classifier_infer(est, prior, init, alpha):
+    """est._infer on a FITC prior (α = 1), or power EP with power α < 1 (module docstring).
+
+    With α < 1, "auto" and "ep" are the engine's robust run (parallel EP, step halving,
+    double loop) and "damped" uses ``damping`` (0.5 for "adaptive")."""
+    if alpha == 1.0:
+        return est._infer(prior, init=init)
+    from robustep.ep.sparse_power import pseudo_point_power_ep
+
+    damping = 0.0
+    if est.method == "damped":
+        damping = 0.5 if est.damping == "adaptive" else float(est.damping)
+    return pseudo_point_power_ep(
+        prior, est._y_pm, est._likelihood_obj, inducing_power=alpha, damping=damping,
+        max_iter=est.max_iter, tol=est.tol, init=init,
+    )  # fmt: skip
+
+
+def _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha):
+    """(d/d theta, d/d log lik params, d/dZ) of log Z: FITC-EP (S14) or power EP (P10)."""
+    if alpha == 1.0:
+        from robustep.ep.sparse_evidence import fitc_log_Z_gradient
+
+        return fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+    from robustep.ep.sparse_power import pseudo_point_log_Z_gradient
+
+    return pseudo_point_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+
+
+def _latent(res, alpha):
+    """The result over the latent f (for attributes and LOO): res itself for α = 1."""
+    return res if alpha == 1.0 else res.latent_view()
+
+
 def fit_classifier(est):
     """Sparse GPClassifier.fit after validation: sets the fitted attributes, returns est."""
     from robustep._config import blas_thread_limit
-    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 
     check_classifier(est)
+    alpha = inducing_power_of(est, GPC_POWER_METHODS)
     check_inducing_gradient(est, est.kernel_)
     X = est.X_train_
     Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
@@ -326,10 +395,10 @@ def fit_classifier(est):
     y = est._y_pm
 
     def infer(kernel, Z, _lik, init):
-        return est._infer(_prior(kernel, X, Z, jitter), init=init)
+        return _classifier_infer(est, _prior(kernel, X, Z, jitter), init, alpha)
 
     def gradient(res, kernel, Z, _lik, wrt_Z):
-        gk, _, gZ = fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+        gk, _, gZ = _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha)
         return gk, np.zeros(0), gZ
 
     opt_Z = bool(est.optimize_inducing)
@@ -363,7 +432,7 @@ def fit_classifier(est):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            res = infer(est.kernel_, Z, None, init)
+            res = _latent(infer(est.kernel_, Z, None, init), alpha)
     est.inducing_points_ = np.array(Z, dtype=float)
     est._result = res
     est.converged_ = bool(res.converged)
@@ -383,23 +452,20 @@ def fit_classifier(est):
 
 def classifier_log_marginal_likelihood(est, theta, eval_gradient):
     """GPClassifier.log_marginal_likelihood(theta) for a sparse fit (inducing inputs fixed)."""
-    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
-
+    alpha = inducing_power_of(est, GPC_POWER_METHODS)
     kernel = est.kernel_.clone_with_theta(np.asarray(theta, dtype=float))
     Z = est.inducing_points_
     X = est.X_train_
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            res = est._infer(_prior(kernel, X, Z, est._sparse_jitter))
+            res = _classifier_infer(est, _prior(kernel, X, Z, est._sparse_jitter), None, alpha)
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
     value = float(res.log_Z)
     if not eval_gradient:
         return value
-    gk, _, _ = fitc_log_Z_gradient(
-        res, kernel, X, Z, est._likelihood_obj, est._y_pm, wrt_inducing=False
-    )
+    gk, _, _ = _log_Z_gradient(res, kernel, X, Z, est._likelihood_obj, est._y_pm, False, alpha)
     return value, gk
 
 
@@ -431,10 +497,10 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
     Z) as in the dense regressor, EP warm-started at tol ``search_tol`` during the search,
     the final fit at tol 1e-4.
     """
-    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
     from robustep.likelihoods import StudentT
 
     check_regressor(est)
+    alpha = inducing_power_of(est, TGP_POWER_METHODS)
     check_inducing_gradient(est, kernel)
     X, y = est._X, est._y
     Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
@@ -449,14 +515,25 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
 
     def infer_at(kernel, Z, lik, warm, max_iter=1000, tol=1e-4):
         prior = _prior(kernel, X, Z, jitter)
-        return est._infer(prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol)
+        if alpha == 1.0:
+            return est._infer(prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol)
+        from robustep.ep.sparse_power import pseudo_point_power_ep
+
+        with warnings.catch_warnings():  # as est._infer: the caller checks convergence
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            res = pseudo_point_power_ep(
+                prior, y, lik, inducing_power=alpha, init=warm, max_iter=max_iter, tol=tol
+            )
+        res.log_marginal_likelihood = float(res.log_Z)
+        return res
 
     def infer(kernel, Z, lp, init):
         return infer_at(kernel, Z, lik_of(lp), init, max_iter=100, tol=search_tol)
 
     def gradient(res, kernel, Z, lp, wrt_Z):
         lik = lik_of(lp)
-        gk, gl, gZ = fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
+        gk, gl, gZ = _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha)
         g = dict(zip(lik.hyperparameter_names, gl, strict=True))
         return gk, np.array([g["scale"]] + ([g["df"]] if fit_df else [])), gZ
 
@@ -494,6 +571,10 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
     else:
         warm = None
     res = infer_at(kernel, Z, lik, warm)
+    if alpha < 1.0:
+        view = res.latent_view()
+        view.log_marginal_likelihood = res.log_marginal_likelihood
+        res = view
     est.inducing_points_ = np.array(Z, dtype=float)
     est._components = [{"kernel": kernel, "df": float(lik.df), "scale": float(lik.scale),
                         "res": res}]  # fmt: skip

@@ -92,7 +92,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     likelihood : {"probit", "step"}
         Φ(y f), or the noisy step ε + (1 - 2ε) Θ(y f) (Qi & Guo eq. 8).
     label_noise : float in [0, 0.5)
-        ε of the step likelihood (must be 0 for "probit").
+        ε of the step likelihood (binary: must be 0 for "probit").  More than two classes
+        with "probit" and the (dense) multinomial model: the label-noise multinomial
+        probit p(y = k | f) = ε/(c-1) + (1 - εc/(c-1)) P_mnp(k | f), a label replaced by
+        one of the other classes with probability ε (general c x c sites, O(c^3 n^3)
+        per iteration instead of O(c n^3); docs/derivations/multiclass.md, "Label-noise
+        multinomial probit"); ε = 0 is plain nested EP.
     method : {"auto", "ep", "damped", "power", "rep", "laplace"}, default "auto"
         "auto": EP found by the chain of :mod:`robustep.estimators._auto` (parallel EP,
         then damped EP with adaptive damping, then the double loop, stopping at the first
@@ -139,21 +144,45 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         with m inducing inputs at k-means centres of X (``MiniBatchKMeans`` seeded by
         ``random_state``); an array: those inducing inputs.  O(n m^2) per EP sweep, no
         n x n array; methods "auto", "ep", "damped", "power", "rep", parallel schedule
-        only, binary labels.  ``fit`` also accepts ``dask.array`` X (and y) chunked by rows
-        (posterior/_dask.py).
+        only.  More than two classes: "multinomial" gives each class's latent GP the
+        FITC prior on the same inducing inputs (nested EP in O(n c^2 m^2 + c^3 m^3) per
+        iteration, docs/derivations/multiclass.md §8); "one_vs_rest" fits one binary
+        sparse model per class (each with its own inducing inputs when optimised).
+        ``fit`` also accepts ``dask.array`` X (and y) chunked by rows (posterior/_dask.py;
+        binary or one-vs-rest).
     optimize_inducing : bool
         With an ``optimizer`` and ``inducing_points``, optimise the inducing inputs jointly
-        with the kernel hyperparameters (analytic gradient); False keeps them fixed.
+        with the kernel hyperparameters (analytic gradient); False keeps them fixed.  The
+        multinomial model optimises its one shared set of inducing inputs the same way.
+    inducing_power : float in (0, 1], default 1
+        With ``inducing_points``: the power α of power EP on the pseudo-point posterior
+        (Bui, Yan & Turner 2017; docs/derivations/sparse.md §8), applied to each exact
+        factor p(y_i | f_i) while p(f_i | u) is kept exact.  1: FITC-EP (today's sparse
+        model, unchanged); towards 0: the variational free energy (Titsias' VFE).  Not the
+        fractional ``power`` η of method "power", which tempers the sites under the fixed
+        FITC prior; α < 1 needs method "auto", "ep" or "damped", in-memory X, and with
+        more than two classes ``multi_class="one_vs_rest"``.  ``site_precision_`` /
+        ``site_shift_`` are then the effective factors of f_i whose removal gives the
+        leave-one-out cavity (``robustep.ep.sparse_power.PseudoPointEPResult.latent_view``).
     multi_class : {"auto", "multinomial", "one_vs_rest"}
         Used only when y has more than two classes (two classes: the binary model above,
         whatever this says).  "multinomial": one latent GP per class (sharing ``kernel``)
         with the multinomial probit likelihood and nested EP (Riihimäki, Jylänki & Vehtari
         2013; estimators/_multiclass.py), for likelihood="probit", methods "auto" and
-        "ep" (nested EP with adaptive damping) or "damped" (``damping``), the parallel
-        schedule and the dense model (numpy, whatever ``device``); "one_vs_rest": one
-        binary GPClassifier per class, probabilities normalised over the classes (as
-        scikit-learn's); "auto": "multinomial" where those settings allow it, else
+        "ep" (nested EP with adaptive damping) or "damped" (``damping``) and the parallel
+        schedule, dense or with ``inducing_points`` (numpy, whatever ``device``);
+        "one_vs_rest": one binary GPClassifier per class, probabilities normalised over
+        the classes (as scikit-learn's); "auto": "multinomial" where those settings allow it, else
         "one_vs_rest".  Fitted: ``multi_class_``, and ``estimators_`` for one-vs-rest.
+    multi_class_kernel : {"shared", "per_class"}
+        The multinomial model's kernel (more than two classes; ignored otherwise, and by
+        one-vs-rest, whose binary fits have their own kernels anyway).  "shared": the c
+        latent GPs share ``kernel`` and its hyperparameters.  "per_class": each class gets
+        its own copy of ``kernel``'s hyperparameters (starting from ``kernel``'s values),
+        optimised jointly with the analytic evidence gradient; ``kernel_`` is then a
+        CompoundKernel of the c fitted kernels in the order of ``classes_`` (as for
+        one-vs-rest), and ``log_marginal_likelihood`` takes its (c p,) theta.  Dense model
+        only (not with ``inducing_points``).
 
     Attributes
     ----------
@@ -202,10 +231,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
         "multi_class": [StrOptions({"auto", "multinomial", "one_vs_rest"})],
+        "multi_class_kernel": [StrOptions({"shared", "per_class"})],
         "device": [str, None],
         "dtype": [StrOptions({"float64", "float32"})],
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
+        "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
     }
 
     def __init__(
@@ -225,10 +256,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         n_restarts_optimizer=0,
         random_state=None,
         multi_class="auto",
+        multi_class_kernel="shared",
         device=None,
         dtype="float64",
         inducing_points=None,
         optimize_inducing=True,
+        inducing_power=1.0,
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -244,10 +277,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
         self.multi_class = multi_class
+        self.multi_class_kernel = multi_class_kernel
         self.device = device
         self.dtype = dtype
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
+        self.inducing_power = inducing_power
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):
@@ -427,10 +462,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
         self._mc = None  # > 2 classes: the multinomial / one-vs-rest core
         labels = _two_integer_labels(y)  # two integer labels: binary (no type_of_target)
+        if self.inducing_power != 1 and self.inducing_points is None:
+            raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
+                             "or inducing_power=1 for the dense model")  # fmt: skip
         if labels is None and _multiclass.n_distinct_classes(y) > 2:
-            if self.inducing_points is not None:
-                raise ValueError("inducing_points (the sparse model) is binary only; pass two "
-                                 "labels, or inducing_points=None for several classes")  # fmt: skip
+            if self.inducing_power != 1 and self.multi_class != "one_vs_rest":
+                raise ValueError("inducing_power < 1 is binary only; with more than two "
+                                 "classes pass multi_class='one_vs_rest'")  # fmt: skip
+            if _sparse.is_dask_input(X) and self.multi_class != "one_vs_rest":
+                raise ValueError("Dask inputs with more than two classes need "
+                                 "multi_class='one_vs_rest' (binary sparse fits); compute X "
+                                 "into memory for the multinomial model")  # fmt: skip
             return _multiclass.fit_multiclass(self, X, y)
         _multiclass.forget_multiclass(self)
         if labels is None:

@@ -29,6 +29,10 @@ predictions mixed with weights w_j ∝ q(theta_j, sigma_j, nu_j | D) (§6.2).
 
 Targets are standardised when ``normalize_y`` (as in the paper, §6.2); ``scale``
 and the fitted ``scale_`` are then in units of the standardised targets.
+
+``device`` (a PyTorch device string) runs the EP methods' O(n^2) / O(n^3) work there
+(:mod:`robustep.estimators._device`): K and dK/dlog theta, the EP posterior, the
+kernel part of the evidence gradient and the predictions' cross-covariances.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
+from robustep.estimators import _device
 from robustep.kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.quadrature import gamma_scale_mixture_nodes
@@ -56,6 +61,8 @@ __all__ = ["StudentTGPRegressor", "default_df_grid", "student_t_gaussian_quantil
 _METHODS = ("auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian")
 #: methods whose fit sets the leave-one-out attributes (robustep.diagnostics)
 _LOO_METHODS = ("auto", "ep", "fractional", "gaussian")
+#: methods that run on ``device`` (dense EP on an ArrayPrior; estimators/_device.py)
+_DEVICE_METHODS = ("auto", "ep", "fractional")
 _DF_BOUNDS = (1.05, 1000.0)
 _SCALE_BOUNDS = (1e-2, 1e2)
 _PENALTY = 1e25
@@ -298,6 +305,36 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
     optimize_inducing : bool
         With an ``optimizer`` and ``inducing_points``, optimise the inducing inputs jointly
         with the hyperparameters (analytic gradient); False keeps them fixed.
+    inducing_power : float in (0, 1], default 1
+        With ``inducing_points``: the power α of power EP on the pseudo-point posterior
+        (Bui, Yan & Turner 2017; docs/derivations/sparse.md §8), applied to each exact
+        factor p(y_i | f_i) while p(f_i | u) is kept exact.  1: FITC-EP (today's sparse
+        model, unchanged); towards 0: the variational free energy (Titsias' VFE).  Not the
+        fractional ``power`` η of method "fractional", which tempers the sites under the
+        fixed FITC prior; α < 1 needs method "auto" or "ep" and in-memory X.
+        ``site_precision_`` / ``site_shift_`` are then the effective factors of f_i whose
+        removal gives the leave-one-out cavity
+        (``robustep.ep.sparse_power.PseudoPointEPResult.latent_view``).
+    device : None or str
+        None: numpy on the CPU.  A PyTorch device ("cpu", "cuda", "cuda:1"): K and its
+        kernel gradient are built there, EP (robust, with negative sites and the double
+        loop; also ``optimize_df`` and ``df_grid``) factorises there, and the kernel part
+        of the evidence gradient and the predictive cross-covariances are computed there;
+        the O(n) per-site work and the sigma / nu gradient stay in numpy, and the
+        predict methods and fitted attributes are numpy.  Methods "auto", "ep" and
+        "fractional", dense model only (the others and ``inducing_points`` raise
+        ValueError); needs ``pip install robustep[torch]``.  See docs/architecture.md,
+        "Array backends".
+    dtype : "float64"
+        Floating-point type on ``device`` (ignored with ``device=None``).  "float32"
+        (which GPClassifier accepts) raises ValueError here: Student-t sites are
+        informative (precisions near the likelihood's largest curvature
+        (nu+1)/(nu sigma^2)), so I + S K S is ill-conditioned and float32 rounding leaves
+        a floor in EP's residual (0.10 at n = 500, docs/benchmarks.md "float32 against
+        float64"; 0.075 at n = 60 with the tests' outliers) far above the tolerance:
+        EP never converges, the log evidence is off by ~0.1, and every evaluation of the
+        hyperparameter search would count as failed.  A clear error is better than a
+        fit that silently keeps its starting hyperparameters.
 
     Attributes
     ----------
@@ -347,6 +384,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         "random_state": ["random_state"],
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
+        "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "device": [str, None],
+        "dtype": [StrOptions({"float64", "float32"})],
     }
 
     def __init__(
@@ -367,6 +407,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         random_state=None,
         inducing_points=None,
         optimize_inducing=True,
+        device=None,
+        dtype="float64",
+        inducing_power=1.0,
     ):
         self.kernel = kernel
         self.df = df
@@ -383,6 +426,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
+        self.device = device
+        self.dtype = dtype
+        self.inducing_power = inducing_power
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -451,6 +497,11 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         if m in ("ep", "fractional", "auto"):
             from robustep.ep import log_Z_gradient
 
+            if self.device is not None:  # kernel part on the device, sigma / nu in numpy
+                from robustep.ep.evidence import likelihood_gradient
+
+                gk = _device.ep_gradient(res, K_gradient)
+                return gk, *_lik_grad(lik, likelihood_gradient(res, lik, self._y))
             gk, gl = log_Z_gradient(res, K_gradient, lik, self._y)
             return gk, *_lik_grad(lik, gl)
         if m == "laplace":
@@ -499,7 +550,12 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         state = {"warm": None}
         # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
         # kernel call and its dense gradient (robustep/kernel_gradient.py)
-        kernel_and_gradient = KernelWithGradient(kernel, X)
+        if self.device is None:
+            kernel_and_gradient = KernelWithGradient(kernel, X)
+        else:  # (ArrayPrior of K, [dK_j]) on the device
+
+            def kernel_and_gradient(theta):
+                return _device.prior(kernel.clone_with_theta(theta), X, self._like, True)
 
         def unpack(x):
             k = kernel.clone_with_theta(x[:p])
@@ -632,6 +688,15 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             X, y = _sparse.validate_dask(self, X, y)
         else:
             X, y = _validate(self, X, y, reset=True)
+        self._like = None
+        if self.device is not None:  # dense EP only (estimators/_device.py)
+            if self.dtype != "float64":
+                raise ValueError(
+                    "dtype='float32' does not work with the Student-t likelihood: EP does not "
+                    "converge in float32 (the informative sites make I + S K S ill-conditioned; "
+                    "docs/benchmarks.md, 'float32 against float64'); use dtype='float64'"
+                )
+            self._like = _device.check_fit(self, y, methods=_DEVICE_METHODS)
         y = np.asarray(y, dtype=float)
         if (
             self.method in ("mcmc", "gaussian", "fvb")
@@ -662,6 +727,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         self.df_weights_ = None
         self.mcmc_diagnostics_ = None
         self.inducing_points_ = None
+        if self.inducing_power != 1 and self.inducing_points is None:
+            raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
+                             "or inducing_power=1 for the dense model")  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _SEARCH_TOL)
         elif self.method == "mcmc":
@@ -680,7 +748,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _final(self, kernel, df, scale, warm=None):
-        K = kernel(self._X)
+        if self.device is None:
+            K = kernel(self._X)
+        else:
+            K = _device.prior(kernel, self._X, self._like)[0]
         res = self._infer(K, df, scale, warm=self._warm_of(warm), max_iter=_FINAL_MAX_ITER)
         return {"kernel": kernel, "df": df, "scale": scale, "res": res}
 
@@ -880,6 +951,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 from robustep.estimators import _sparse
 
                 m, v = _sparse.latent_moments(c["res"], k, self.inducing_points_, X)
+            elif self.device is not None:  # K(X, X_train) and the solves on the device
+                m, v = _device.predict_latent(k, X, self._X, c["res"], self._like)
             else:
                 m, v = c["res"].predict(k(X, self._X), k.diag(X))
             means.append(np.asarray(m, float))

@@ -1,0 +1,200 @@
+"""The sparse (FITC inducing-point) multinomial core of GPClassifier (> 2 classes).
+
+``GPClassifier(inducing_points=..., multi_class="multinomial" or "auto")`` on more than two
+classes: c latent GPs sharing the kernel, each with the FITC prior on one set of inducing
+inputs Z shared by all classes, multinomial probit likelihood, nested EP
+(:func:`robustep.ep.multiclass_sparse.sparse_nested_ep`; docs/derivations/multiclass.md
+§8).  O(n c^2 m^2 + c^3 m^3) per outer iteration, O(n c m) memory, no n x n array in
+fitting or prediction (predictions in row batches of ``PREDICT_BATCH``).
+
+Inducing inputs as for the binary sparse model (:mod:`robustep.estimators._sparse`): an
+int m gives k-means centres of X, an (m, d) array gives them directly; with an optimizer
+and ``optimize_inducing=True`` they are optimised jointly with the kernel's log
+hyperparameters by L-BFGS-B with the analytic evidence gradient (eqs. M21, M22), with the K_mm
+jitter fixed for the whole fit.  The nested-EP damping schedule is the dense core's
+(:class:`robustep.estimators._multiclass.MultinomialCore`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.estimators import _sparse
+
+__all__ = ["SparseMultinomialCore"]
+
+
+class SparseMultinomialCore:
+    """Nested-EP multinomial probit on the FITC prior, labels 0 .. c-1 (a private core).
+
+    Parameters: ``kernel`` (one scikit-learn kernel shared by the classes; the caller
+    passes a clone), ``inducing_points`` (int m or (m, d) array), ``optimize_inducing``,
+    ``damping`` (float, or "adaptive" as in MultinomialCore), ``max_iter``, ``tol``,
+    ``optimizer`` ("fmin_l_bfgs_b" or None), ``n_restarts_optimizer``, ``random_state``.
+
+    After :meth:`fit`: ``kernel`` (fitted), ``Z`` (m, d) the inducing inputs (optimised or
+    not), ``jitter`` (the K_mm jitter of the fit), ``result``
+    (:class:`~robustep.ep.multiclass_sparse.SparseMulticlassEPResult`), ``n_classes``.
+    """
+
+    def __init__(
+        self,
+        kernel,
+        inducing_points,
+        *,
+        optimize_inducing=True,
+        damping="adaptive",
+        max_iter=1000,
+        tol=1e-4,
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.inducing_points = inducing_points
+        self.optimize_inducing = optimize_inducing
+        self.damping = damping
+        self.max_iter = max_iter
+        self.tol = tol
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.random_state = random_state
+
+    # ------------------------------------------------------------- inference
+    def _prior(self, kernel, Z):
+        from robustep.ep.multiclass_sparse import MulticlassFITCPrior
+
+        return MulticlassFITCPrior.from_kernel(
+            kernel, self.X, Z, self.n_classes, jitter=self.jitter
+        )
+
+    def _infer(self, kernel, Z, init=None):
+        """Nested EP at (kernel, Z), warm-started from inner sites ``init`` = (alpha, beta)."""
+        from robustep.ep.multiclass_sparse import sparse_nested_ep
+
+        prior = self._prior(kernel, Z)
+
+        def run(damping, max_iter, init):
+            return sparse_nested_ep(
+                prior, self.y, self.n_classes, damping=damping, max_iter=max_iter,
+                tol=self.tol, init=init, warn=False,
+            )  # fmt: skip
+
+        if self.damping != "adaptive":
+            return run(float(self.damping), self.max_iter, init)
+        # as MultinomialCore._infer: start at 0.3, blocks of 50 iterations, move the
+        # damping halfway to 1 after a block without progress
+        damping, block, total, best, res = 0.3, 50, 0, np.inf, None
+        while total < self.max_iter:
+            res = run(damping, min(block, self.max_iter - total), init)
+            total += res.n_iter
+            if res.converged or res.n_iter == 0:
+                break
+            last = float(res.history["max_change"][-1])
+            if not last < best:
+                damping = 0.5 * (1.0 + damping)
+            best = min(best, last)
+            init = (res.alpha, res.beta)
+        res.n_iter = total
+        return res
+
+    def fit(self, X, y, n_classes):
+        """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""
+        self.X = np.asarray(X, dtype=float)
+        self.y = np.asarray(y, dtype=int)
+        self.n_classes = int(n_classes)
+        opt_Z = bool(self.optimize_inducing) and self.optimizer is not None
+        if opt_Z:
+            _sparse.check_inducing_gradient(self, self.kernel)
+        Z = _sparse.resolve_inducing_points(self.inducing_points, self.X, self.random_state)
+        self.jitter = _sparse.fixed_jitter(self.kernel, Z)
+        last = [None]  # the latest result, for warm starts (see infer)
+
+        def infer(kernel, Z, _lik, init):
+            # _Objective passes the previous result's (site_precision, site_shift); nested
+            # EP warm-starts from that result's inner sites instead
+            prev = last[0]
+            ab = None
+            if init is not None and prev is not None and init[0] is prev.site_precision:
+                ab = (prev.alpha, prev.beta)
+            last[0] = res = self._infer(kernel, Z, ab)
+            return res
+
+        def gradient(res, kernel, Z, _lik, wrt_Z):
+            gk, gZ = res.log_Z_gradient(kernel, self.X, Z, wrt_inducing=wrt_Z)
+            return gk, np.zeros(0), gZ
+
+        init = None
+        if self.optimizer is not None and (self.kernel.n_dims > 0 or opt_Z):
+            obj = _sparse._Objective(infer, gradient, self.kernel, Z, 0, opt_Z, None)
+            x0 = np.concatenate([self.kernel.theta, Z.ravel() if opt_Z else []])
+            kbounds = np.asarray(self.kernel.bounds, dtype=float).reshape(-1, 2)
+            bounds = [tuple(b) for b in kbounds] + _sparse._free_bounds(Z, opt_Z)
+            starts = []
+            if self.n_restarts_optimizer > 0:
+                if not np.all(np.isfinite(kbounds)):
+                    raise ValueError(
+                        "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
+                    )
+                from sklearn.utils import check_random_state
+
+                rng = check_random_state(self.random_state)
+                for _ in range(self.n_restarts_optimizer):
+                    s = x0.copy()
+                    s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
+                    starts.append(s)
+            x, _, best = _sparse.optimise(obj, x0, bounds, starts)
+            self.kernel, _, Z = obj.unpack(x)
+            init = None if best is None else (best.alpha, best.beta)
+        self.Z = np.array(Z, dtype=float)
+        self.result = self._infer(self.kernel, self.Z, init)
+        return self
+
+    def log_marginal_likelihood(self, theta, eval_gradient=False):
+        """log Z_EP at log hyperparameters ``theta`` with the fitted inducing inputs fixed
+        (and its gradient (p,))."""
+        theta = np.asarray(theta, dtype=float)
+        kernel = self.kernel.clone_with_theta(theta)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = self._infer(kernel, self.Z)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        value = float(res.log_Z)
+        if not eval_gradient:
+            return value
+        if not np.isfinite(value):
+            return value, np.zeros_like(theta)
+        gk, _ = res.log_Z_gradient(kernel, self.X, self.Z)
+        return value, gk
+
+    # --------------------------------------------------------------- predict
+    def predict_latent(self, X, *, batch=_sparse.PREDICT_BATCH):
+        """Latent predictive mean (p, c) and covariance (p, c, c) at X (p, d), in row batches
+        (K(X_batch, Z) is batch x m)."""
+        X = np.asarray(X, dtype=float)
+        p, c = X.shape[0], self.n_classes
+        mean, cov = np.empty((p, c)), np.empty((p, c, c))
+        for start in range(0, p, batch):
+            rows = slice(start, min(start + batch, p))
+            mean[rows], cov[rows] = self.result.predict(
+                self.kernel(X[rows], self.Z), self.kernel.diag(X[rows])
+            )
+        return np.nan_to_num(mean, nan=0.0), cov
+
+    def predict_proba(self, X, *, batch=_sparse.PREDICT_BATCH):
+        """p(y* = k | data) (p, c), rows summing to 1 (the dense core's predictive)."""
+        from robustep.likelihoods.multinomial_probit import MultinomialProbit
+
+        X = np.asarray(X, dtype=float)
+        lik = MultinomialProbit(self.n_classes)
+        out = np.empty((X.shape[0], self.n_classes))
+        for start in range(0, X.shape[0], batch):
+            rows = slice(start, min(start + batch, X.shape[0]))
+            mean, cov = self.predict_latent(X[rows], batch=batch)
+            out[rows] = lik.predictive_probabilities(mean, cov)
+        return out
