@@ -51,6 +51,9 @@ __all__ = [
     "loo_score",
     "clear_loo_attributes",
     "set_classifier_loo",
+    "multiclass_loo",
+    "set_multiclass_loo",
+    "set_one_vs_rest_loo",
     "set_regressor_loo",
     "process_classifier_loo",
     "set_process_classifier_loo",
@@ -309,6 +312,97 @@ def set_classifier_loo(estimator, result, likelihood, y_pm):
     estimator.loo_approximate_ = loo.fallback
 
 
+def multiclass_loo(likelihood, y, mean, cov, site_precision, site_shift):
+    """LOO log predictive probabilities of a multi-class EP fit from its cavities.
+
+    The multi-class analogue of (L1)-(L2): the cavity of the c-dimensional site i,
+    q_-i(f_i) ∝ q(f_i) / t~_i(f_i) (precision cov_i^-1 - Π~_i, shift cov_i^-1 mean_i - ν~_i),
+    is EP's approximation of p(f_i | y_-i), and
+
+        log p(y_i | y_-i) ≈ log ∫ p(y_i | f_i) q_-i(f_i) df_i,
+
+    the model's own predictive class probability (``likelihood.predictive_probabilities``,
+    the same integral as ``predict_proba``) evaluated at the cavity instead of a test
+    point's latent predictive.  Nested EP (Riihimäki et al. 2013) has power 1, so this is
+    the cavity its outer EP used.
+
+    likelihood : MultinomialProbit or NoisyMultinomialProbit (``predictive_probabilities``).
+    y : (n,) int class indices.  mean (n, c), cov (n, c, c): posterior marginals.
+    site_precision (n, c, c), site_shift (n, c): the outer sites.
+
+    Returns :class:`LOOResult` (``log_predictive`` (n,); ``cavity_mean`` (n, c) and
+    ``cavity_var`` (n, c, c), the cavity covariances; ``fallback`` (n,) bool where the
+    cavity was not positive definite and the posterior marginal was used instead, which
+    is optimistic).
+    """
+    from robustep.ep.multiclass import _cavities
+
+    y = np.asarray(y, dtype=int)
+    mean = np.asarray(mean, dtype=float)
+    cov = np.asarray(cov, dtype=float)
+    cav_m, cav_S, ok = _cavities(mean, cov, np.asarray(site_precision, float),
+                                 np.asarray(site_shift, float))  # fmt: skip
+    cav_m = np.where(ok[:, None], cav_m, mean)
+    cav_S = np.where(ok[:, None, None], cav_S, cov)
+    probs = likelihood.predictive_probabilities(cav_m, cav_S)
+    with np.errstate(divide="ignore"):
+        log_p = np.log(probs[np.arange(y.size), y])
+    # a probability that underflows is still a number: the smallest positive double
+    log_p = np.maximum(log_p, np.log(np.finfo(float).tiny))
+    return LOOResult(log_p, cav_m, cav_S, ~ok)
+
+
+def set_multiclass_loo(estimator, result, likelihood, y_index):
+    """Set the LOO attributes of a multinomial (nested-EP) GPClassifier.
+
+    ``loo_log_predictive_`` (n,) = log p(y_i | y_-i) of the observed class
+    (:func:`multiclass_loo`), ``outlier_scores_`` = its negative (log c for a uniform
+    guess over c classes), ``loo_approximate_`` (n,) bool (posterior marginal used).
+    """
+    clear_loo_attributes(estimator)
+    try:
+        loo = multiclass_loo(
+            likelihood, y_index, result.mean, result.cov, result.site_precision,
+            result.site_shift,
+        )  # fmt: skip
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _unavailable(estimator, err)
+    if not np.all(np.isfinite(loo.log_predictive)):
+        return _unavailable(estimator, ValueError("non-finite LOO values"))
+    estimator.loo_log_predictive_ = loo.log_predictive
+    estimator.outlier_scores_ = -loo.log_predictive
+    estimator.loo_approximate_ = loo.fallback
+
+
+def set_one_vs_rest_loo(estimator, estimators, y_index):
+    """LOO attributes of a one-vs-rest GPClassifier from its c binary fits' LOO values.
+
+    Binary fit k gives p_k,i = p(class k | y_-i) from its own cavity (its LOO probability
+    of its observed binary label, complemented where that label is "rest"); these are
+    normalised over k as ``predict_proba`` normalises the binary probabilities, and
+    ``loo_log_predictive_`` is the log of the observed class's share.  Unset when any
+    binary fit has no LOO values (e.g. method="laplace").
+    """
+    clear_loo_attributes(estimator)
+    values = [getattr(est, "loo_log_predictive_", None) for est in estimators]
+    if any(v is None for v in values):
+        return
+    rows = np.arange(len(y_index))
+    P = np.empty((rows.size, len(estimators)))
+    for k, lp in enumerate(values):
+        p_observed = np.exp(np.asarray(lp, dtype=float))
+        P[:, k] = np.where(y_index == k, p_observed, 1.0 - p_observed)
+    total = P.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total > 0, P[rows, y_index] / total, 1.0 / P.shape[1])
+    log_p = np.log(np.maximum(share, np.finfo(float).tiny))
+    estimator.loo_log_predictive_ = log_p
+    estimator.outlier_scores_ = -log_p
+    estimator.loo_approximate_ = np.any(
+        [np.asarray(est.loo_approximate_, dtype=bool) for est in estimators], axis=0
+    )
+
+
 def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
     """Set the LOO attributes of a GP regressor with Student-t (or Gaussian) noise.
 
@@ -488,7 +582,8 @@ def plot_loo(estimator, ax=None, threshold=None):
         ax.scatter(rank[~flag], p[order][~flag], s=10, color="tab:blue", label="observations")
         if np.any(flag):
             ax.scatter(rank[flag], p[order][flag], s=14, color="tab:red", label="flagged")
-        ax.axhline(0.5, color="0.5", lw=0.8, ls="--")
+        n_classes = len(getattr(estimator, "classes_", (0, 1)))
+        ax.axhline(1.0 / max(n_classes, 2), color="0.5", lw=0.8, ls="--")  # chance level
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("training points, sorted")
         ax.set_ylabel("LOO probability of the observed label")

@@ -26,6 +26,8 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
+from robustep import diagnostics
+
 __all__ = ["MultinomialCore", "fit_one_vs_rest", "multinomial_supported"]
 
 #: GPClassifier methods that nested EP implements
@@ -387,6 +389,7 @@ def fit_multiclass(estimator, X, y):
         used = {getattr(est, "method_used_", estimator.method) for est in estimators}
         estimator.method_used_ = used.pop() if len(used) == 1 else "mixed"
         estimator._mc = _OneVsRest(estimators)
+        diagnostics.set_one_vs_rest_loo(estimator, estimators, y_index)
     else:
         kernel = (
             ConstantKernel(1.0) * RBF(1.0) if estimator.kernel is None else clone(estimator.kernel)
@@ -428,6 +431,7 @@ def fit_multiclass(estimator, X, y):
         estimator.site_shift_ = np.array(res.site_shift)
         estimator.method_used_ = "damped"
         estimator._mc = _Multinomial(core)
+        diagnostics.set_multiclass_loo(estimator, res, _core_likelihood(core, c), y_index)
     if not estimator.converged_:
         hint = (
             "method='damped' (damping='adaptive'), a larger max_iter or a larger tol"
@@ -442,6 +446,18 @@ def fit_multiclass(estimator, X, y):
             stacklevel=3,
         )
     return estimator
+
+
+def _core_likelihood(core, n_classes):
+    """The likelihood object of a multinomial core (label noise or not)."""
+    eps = float(getattr(core, "label_noise", 0.0))
+    if eps:
+        from robustep.likelihoods.noisy_multinomial_probit import NoisyMultinomialProbit
+
+        return NoisyMultinomialProbit(n_classes, eps)
+    from robustep.likelihoods.multinomial_probit import MultinomialProbit
+
+    return MultinomialProbit(n_classes)
 
 
 def _check_label_noise(estimator, mode, n_classes):

@@ -200,7 +200,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     surprise of the observed label: log 2 = 0.69 is a coin flip, 3.0 is a LOO probability
     of 0.05), ``loo_approximate_`` (n,) bool: values whose cavity q / t~_i was improper
     (EP's own cavity used, optimistic; ``loo_score`` warns).  Not set for "laplace"
-    (``loo_score`` raises).
+    (``loo_score`` raises).  More than two classes: the multinomial model (dense, sparse,
+    label noise) takes p(y_i | y_-i) from the cavity of its c-dimensional site
+    (:func:`robustep.diagnostics.multiclass_loo`; a uniform guess scores log c),
+    one-vs-rest normalises its binary fits' LOO probabilities as ``predict_proba`` does.
 
     Notes
     -----
