@@ -387,3 +387,18 @@ def test_multiclass_uci_registered_and_runs_on_a_tiny_config(tmp_path):
     summary = report(res, tmp_path)
     assert (tmp_path / "multiclass_uci.png").exists()
     assert "synthetic" in summary.tables[0] and summary.agrees in (True, False, None)
+
+
+def test_multiclass_uci_splits_per_dataset_caps_one_data_set():
+    from robustep.experiments import registered
+    from robustep.experiments.multiclass_uci import n_splits, units
+
+    cfg = dict(registered()["multiclass-uci"].full, datasets=["iris", "digits"])
+    assert n_splits(cfg, "digits") == 10 and len(units(cfg)) == 2 * 10 * len(cfg["models"])
+    cfg["splits_per_dataset"] = {"digits": 2, "wine": 50}
+    assert n_splits(cfg, "digits") == 2 and n_splits(cfg, "iris") == 10
+    assert n_splits(cfg, "wine") == 10  # never more than n_splits
+    digits = [u for u in units(cfg) if u["dataset"] == "digits"]
+    assert sorted({u["split"] for u in digits}) == [0, 1]
+    # the capped data set keeps its index d, so its splits are those of the uncapped run
+    assert {u["d"] for u in digits} == {1}
