@@ -270,8 +270,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     notes = (
         "Protocol in the module docstring (src/robustep/experiments/multiclass_uci.py). "
         "Mean (sd over splits; 0 where a data set has one split). The paper compares "
-        "against its own Laplace/VB/MCMC implementations of the multinomial models; here the comparison is scikit-learn's "
-        "one-vs-rest Laplace GPC, the baseline issue 14 asks for."
+        "against its own Laplace/VB/MCMC implementations of the multinomial models; here "
+        "the comparison is scikit-learn's one-vs-rest Laplace GPC, the baseline issue 14 "
+        "asks for."
     )
     capped = {k: v for k, v in (cfg.get("splits_per_dataset") or {}).items() if k in datasets}
     if capped:
