@@ -4,6 +4,12 @@ from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
 from robustep.ep.multiclass import MulticlassEPResult, nested_ep
 from robustep.ep.multiclass_general import RobustMulticlassEPResult, robust_nested_ep
+from robustep.ep.multiclass_sparse import (
+    MulticlassFITCPrior,
+    SparseMulticlassEPResult,
+    sparse_nested_ep,
+)
+from robustep.ep.sparse_power import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.state import EPResult
 from robustep.ep.updates import moment_matching_update
 
@@ -17,4 +23,9 @@ __all__ = [
     "nested_ep",
     "RobustMulticlassEPResult",
     "robust_nested_ep",
+    "MulticlassFITCPrior",
+    "SparseMulticlassEPResult",
+    "sparse_nested_ep",
+    "PseudoPointEPResult",
+    "pseudo_point_power_ep",
 ]
