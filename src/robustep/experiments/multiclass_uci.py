@@ -260,9 +260,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     fig.savefig(out_dir / "multiclass_uci.png", dpi=110)
     plt.close(fig)
     agrees = None if n_cmp == 0 else (True if wins == n_cmp else (False if wins == 0 else None))
+    capped = {k: v for k, v in (cfg.get("splits_per_dataset") or {}).items() if k in datasets}
+    fewer = "".join(f"; {k}: {n_splits(cfg, k)}" for k in capped)
     measured = (
         f"Nested EP's mean test log loss is at most that of one-vs-rest Laplace on {wins} of "
-        f"{n_cmp} data sets ({cfg['n_splits']} split(s), train fraction "
+        f"{n_cmp} data sets ({cfg['n_splits']} split(s){fewer}, train fraction "
         f"{cfg['train_fraction']}, {'ARD' if cfg['ard'] else 'isotropic'} RBF kernel"
         f"{', subsampled to ' + str(cfg['max_n']) + ' points' if cfg.get('max_n') else ''})."
     )
@@ -274,7 +276,6 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "the comparison is scikit-learn's one-vs-rest Laplace GPC, the baseline issue 14 "
         "asks for."
     )
-    capped = {k: v for k, v in (cfg.get("splits_per_dataset") or {}).items() if k in datasets}
     if capped:
         notes += (
             " Fewer splits than n_splits (splits_per_dataset, to bound the run time): "
