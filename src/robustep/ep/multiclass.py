@@ -245,6 +245,20 @@ def _n_classes(y, n_classes):
     return c
 
 
+def _checked_class_covariances(K, y, c):
+    """(c, n, n) prior covariances from K (one per class or shared), checked against the
+    labels y (n,) and for non-finite entries; ValueError saying what to fix."""
+    Ks = _as_class_covariances(K, c)
+    n = Ks.shape[1]
+    if y.shape[0] != n:
+        raise ValueError(
+            f"y has {y.shape[0]} entries but K is {n} x {n}; pass one label per row of K"
+        )
+    if not np.all(np.isfinite(Ks)):
+        raise ValueError("K contains NaN or inf; check the kernel hyperparameters and inputs")
+    return Ks
+
+
 def _check_loop_options(damping, max_iter, tol):
     """ValueError for a damping outside [0, 1), a max_iter < 1 or a tol <= 0."""
     if not 0.0 <= float(damping) < 1.0:
@@ -367,14 +381,7 @@ def nested_ep(
     c = _n_classes(y, n_classes)
     y = _check_labels(y, c)
     _check_loop_options(damping, max_iter, tol)
-    Ks = _as_class_covariances(K, c)
-    n = Ks.shape[1]
-    if y.shape[0] != n:
-        raise ValueError(
-            f"y has {y.shape[0]} entries but K is {n} x {n}; pass one label per row of K"
-        )
-    if not np.all(np.isfinite(Ks)):
-        raise ValueError("K contains NaN or inf; check the kernel hyperparameters and inputs")
+    Ks = _checked_class_covariances(K, y, c)
 
     def posterior(precision, shift, pi):
         return multiclass_posterior(Ks, pi, shift)

@@ -45,9 +45,9 @@ from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.ep.multiclass import (
-    _as_class_covariances,
     _cavities,
     _check_loop_options,
+    _checked_class_covariances,
     _n_classes,
 )
 from robustep.likelihoods.multinomial_probit import _check_labels, inner_ep
@@ -272,9 +272,10 @@ def _bcast(step, like):
     return step.reshape(step.shape + (1,) * (like.ndim - 1))
 
 
-def _log_Z(lik, y, alpha, beta, post, prec, shift):
-    """log Z_EP = ½ ν^T μ - ½ log|I + K W| + Σ_i [log Z_i + Ψ(cav_i) - Ψ(marg_i)] (N5)."""
-    cav_m, cav_S, ok = _cavities(post.mean, post.cov, prec, shift)
+def _log_Z(lik, y, alpha, beta, post, cavities):
+    """log Z_EP = ½ ν^T μ - ½ log|I + K W| + Σ_i [log Z_i + Ψ(cav_i) - Ψ(marg_i)] (N5);
+    ``cavities`` = (means, covariances, valid mask) of the posterior's sites."""
+    cav_m, cav_S, ok = cavities
     log_Zi, _, _, r = lik.tilted_from_sites(y, cav_m, cav_S, alpha, beta)
     terms = log_Zi + _log_psi(cav_m, cav_S) - _log_psi(post.mean, post.cov)
     value = 0.5 * post.quad - 0.5 * post.log_det + float(np.sum(terms))
@@ -325,14 +326,8 @@ def robust_nested_ep(
     y = _check_labels(y, c)
     lik = NoisyMultinomialProbit(c, label_noise)
     _check_loop_options(damping, max_iter, tol)
-    Ks = _as_class_covariances(K, c)
+    Ks = _checked_class_covariances(K, y, c)
     n = Ks.shape[1]
-    if y.shape[0] != n:
-        raise ValueError(
-            f"y has {y.shape[0]} entries but K is {n} x {n}; pass one label per row of K"
-        )
-    if not np.all(np.isfinite(Ks)):
-        raise ValueError("K contains NaN or inf; check the kernel hyperparameters and inputs")
     rows = np.arange(n)
     shapes = ((n, c), (n, c), (n, c, c), (n, c))
     if init is None:
@@ -405,7 +400,7 @@ def robust_nested_ep(
             break
     alpha, beta, prec, shift = state
     post = current[0]
-    log_Z, r = _log_Z(lik, y, alpha, beta, post, prec, shift)
+    log_Z, r = _log_Z(lik, y, alpha, beta, post, current[1])
     if not np.isfinite(log_Z):
         converged = False
     if not converged and warn:

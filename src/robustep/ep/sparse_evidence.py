@@ -16,7 +16,7 @@ from robustep.ep.evidence import likelihood_gradient
 from robustep.posterior._kernels import inducing_gradient_mm, theta_gradient_mm
 
 
-def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=True):
+def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=True, M_diag=None):
     """Gradient of ``result.log_Z`` for a FITC prior built by ``FITCPrior.from_kernel``.
 
     Parameters
@@ -29,6 +29,8 @@ def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=Tru
     likelihood, y : the likelihood and targets of the run.
     wrt_inducing : also return d log Z / d Z (analytic kernels only, see
         :mod:`robustep.posterior._kernels`).
+    M_diag : (n,) replaces diag(M) of eq. S14 (None: FITC-EP's own; the pseudo-point
+        power-EP family passes its eq. P11 weights, :mod:`robustep.ep.sparse_power`).
 
     Returns
     -------
@@ -42,7 +44,7 @@ def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=Tru
     Z = np.asarray(Z, dtype=float)
     # global part (K_mm) here, row part by the prior over its row chunks (numpy loops, or
     # Dask tasks for posterior._dask.DaskFITCPrior)
-    M_diag, s, W_mm = post.gradient_sums()
+    M_diag, s, W_mm = post.gradient_sums(M_diag)
     g_theta, g_Z = prior.gradient_rows(
         kernel, X, Z, post.alpha, post._beta, M_diag, s, post._A_inverse(), wrt_inducing
     )

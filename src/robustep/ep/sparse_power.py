@@ -43,10 +43,9 @@ import numbers
 import numpy as np
 
 from robustep.ep.engine import expectation_propagation
-from robustep.ep.evidence import likelihood_gradient
+from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 from robustep.ep.state import EPResult
 from robustep.likelihoods.base import Likelihood
-from robustep.posterior._kernels import inducing_gradient_mm, theta_gradient_mm
 from robustep.posterior.sparse import FITCPrior
 
 __all__ = [
@@ -325,10 +324,7 @@ def pseudo_point_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_indu
     grad_kernel (p,), grad_likelihood (q,) (log parameters of ``likelihood``),
     grad_inducing (m, d) or None.
     """
-    import scipy.linalg
-
-    post = result.posterior
-    prior = post.prior
+    prior = result.posterior.prior
     alpha = float(result.inducing_power)
     lik = PseudoPointLikelihood(likelihood)
     yy = lik.pack(np.asarray(y, dtype=float), result.conditional_var)
@@ -340,23 +336,7 @@ def pseudo_point_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_indu
         )
         / alpha
     )
-    M_eff = 2.0 * e  # eq. P11: replaces diag(M) of eq. S14
-    Z = np.asarray(Z, dtype=float)
-    m = prior.m
-    s, VDV = prior.weighted_gram(post.alpha, M_eff)
-    Ainv = post._A_inverse()
-    # V^T M' V with M' = alpha alpha^T - R - diag(M_eff), V^T B V A^-1 = I - A^-1 (eq. S13)
-    VMV = np.outer(s, s) - (np.eye(m) - Ainv) - VDV
-    VMV = 0.5 * (VMV + VMV.T)
-    L_mm = prior.L_mm
-    T1 = scipy.linalg.solve_triangular(L_mm, VMV, lower=True, trans=1, check_finite=False)
-    W_mm = -0.5 * scipy.linalg.solve_triangular(L_mm, T1.T, lower=True, trans=1,
-                                                check_finite=False)  # fmt: skip
-    W_mm = 0.5 * (W_mm + W_mm.T)
-    g_theta, g_Z = prior.gradient_rows(
-        kernel, X, Z, post.alpha, post._beta, M_eff, s, Ainv, wrt_inducing
+    # eq. P11: 2 e replaces diag(M) of eq. S14; the rest is FITC-EP's gradient on Q_nn
+    return fitc_log_Z_gradient(
+        result, kernel, X, Z, lik, yy, wrt_inducing=wrt_inducing, M_diag=2.0 * e
     )
-    g_theta = g_theta + theta_gradient_mm(kernel, Z, W_mm)
-    if wrt_inducing:
-        g_Z = g_Z + inducing_gradient_mm(kernel, Z, W_mm)
-    return g_theta, likelihood_gradient(result, lik, yy), g_Z

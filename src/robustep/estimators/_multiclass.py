@@ -102,39 +102,14 @@ class MultinomialCore:
             from robustep.ep.multiclass_general import robust_nested_ep
 
             nested_ep = partial(robust_nested_ep, label_noise=float(self.label_noise))
-        if self.damping != "adaptive":
+
+        def run(damping, max_iter, init):
             return nested_ep(
-                K,
-                self.y,
-                self.n_classes,
-                damping=float(self.damping),
-                max_iter=self.max_iter,
-                tol=self.tol,
-                init=init,
-                warn=False,
-            )
-        damping, block, total, best, res = 0.3, 50, 0, np.inf, None
-        while total < self.max_iter:
-            res = nested_ep(
-                K,
-                self.y,
-                self.n_classes,
-                damping=damping,
-                max_iter=min(block, self.max_iter - total),
-                tol=self.tol,
-                init=init,
-                warn=False,
-            )
-            total += res.n_iter
-            if res.converged or res.n_iter == 0:
-                break
-            last = float(res.history["max_change"][-1])
-            if not last < best:
-                damping = 0.5 * (1.0 + damping)
-            best = min(best, last)
-            init = _warm_state(res)
-        res.n_iter = total
-        return res
+                K, self.y, self.n_classes, damping=damping, max_iter=max_iter, tol=self.tol,
+                init=init, warn=False,
+            )  # fmt: skip
+
+        return run_with_damping(run, self.damping, self.max_iter, init)
 
     def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
         kernel = self._with_theta(theta)
@@ -252,6 +227,32 @@ class MultinomialCore:
             lik = NoisyMultinomialProbit(self.n_classes, float(self.label_noise))
             return lik.predictive_probabilities(mean, cov)
         return MultinomialProbit(self.n_classes).predictive_probabilities(mean, cov)
+
+
+def run_with_damping(run, damping, max_iter, init=None):
+    """Nested EP ``run(damping, max_iter, init)`` with a fixed or the adaptive damping.
+
+    ``damping="adaptive"``: start at 0.3 and run blocks of 50 iterations, each warm-started
+    from the last; after a block without progress (its last change not below the best so
+    far) move the damping halfway to 1.  Parallel nested EP without damping oscillates
+    for large kernel amplitudes (docs/derivations/multiclass.md §3).  Returns the last
+    run's result with ``n_iter`` the total over the blocks.
+    """
+    if damping != "adaptive":
+        return run(float(damping), max_iter, init)
+    damping, block, total, best, res = 0.3, 50, 0, np.inf, None
+    while total < max_iter:
+        res = run(damping, min(block, max_iter - total), init)
+        total += res.n_iter
+        if res.converged or res.n_iter == 0:
+            break
+        last = float(res.history["max_change"][-1])
+        if not last < best:
+            damping = 0.5 * (1.0 + damping)
+        best = min(best, last)
+        init = _warm_state(res)
+    res.n_iter = total
+    return res
 
 
 def _class_prior(kernel, X, eval_gradient=False):

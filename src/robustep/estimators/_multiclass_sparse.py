@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.estimators import _sparse
+from robustep.estimators import _multiclass, _sparse
 
 __all__ = ["SparseMultinomialCore"]
 
@@ -83,23 +83,7 @@ class SparseMultinomialCore:
                 tol=self.tol, init=init, warn=False,
             )  # fmt: skip
 
-        if self.damping != "adaptive":
-            return run(float(self.damping), self.max_iter, init)
-        # as MultinomialCore._infer: start at 0.3, blocks of 50 iterations, move the
-        # damping halfway to 1 after a block without progress
-        damping, block, total, best, res = 0.3, 50, 0, np.inf, None
-        while total < self.max_iter:
-            res = run(damping, min(block, self.max_iter - total), init)
-            total += res.n_iter
-            if res.converged or res.n_iter == 0:
-                break
-            last = float(res.history["max_change"][-1])
-            if not last < best:
-                damping = 0.5 * (1.0 + damping)
-            best = min(best, last)
-            init = (res.alpha, res.beta)
-        res.n_iter = total
-        return res
+        return _multiclass.run_with_damping(run, self.damping, self.max_iter, init)
 
     def fit(self, X, y, n_classes):
         """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""

@@ -422,17 +422,22 @@ class FITCSitePosterior(SitePosterior):
         return mean, np.maximum(var, 0.0)
 
     # -------------------------------------------------------------- evidence gradient
-    def gradient_sums(self):
+    def gradient_sums(self, M_diag=None):
         """What the gradient weights need beyond the rows (eq. S13, S14).
 
         Returns (M_diag (n,), s = V^T alpha (m,), W_mm (m, m)) with
-        diag(M) = alpha^2 - R_ii, R_ii = beta_i - beta_i^2 v_i^T A^-1 v_i.
+        diag(M) = alpha^2 - R_ii, R_ii = beta_i - beta_i^2 v_i^T A^-1 v_i; a given
+        ``M_diag`` (n,) replaces diag(M) (the pseudo-point power-EP family, where the
+        FITC diagonal enters through the tilted normalisers: docs/derivations/sparse.md
+        eq. P11).
         """
         prior = self.prior
         m = prior.m
-        alpha, beta = self.alpha, self._beta
-        R_diag = beta - beta * beta * self.quad_diag()  # eq. S13
-        M_diag = alpha * alpha - R_diag
+        alpha = self.alpha
+        if M_diag is None:
+            beta = self._beta
+            R_diag = beta - beta * beta * self.quad_diag()  # eq. S13
+            M_diag = alpha * alpha - R_diag
         s, VDV = prior.weighted_gram(alpha, M_diag)
         Ainv = self._A_inverse()
         # V^T M' V = s s^T - V^T B V A^-1 - V^T diag(M) V, and V^T B V A^-1 = I - A^-1

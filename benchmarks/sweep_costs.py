@@ -1,0 +1,108 @@
+"""Where a dense parallel EP sweep spends its time, and what the host-side site work costs.
+
+Prints, in one run (the numbers quoted in docs/benchmarks.md "Engine floor" and in
+docs/derivations/array_backends.md §4):
+
+1. **Marginal variances inside a fit** (probit, RBF on 2-D inputs, n = ``--n``,
+   ``--threads`` BLAS threads, tol 1e-4): every LAPACK ``dtrtri`` call the posterior makes
+   during ``expectation_propagation``, timed as it happens and immediately repeated on the
+   same factor, against the same call and one Cholesky of the final ``I + S K S`` repeated
+   in isolation (best of 5).  The first in-fit call runs after the sweep's other memory
+   traffic; the repeat and the isolated calls find the factor in cache.
+2. **Per-site (host) work** at ``--sites`` sites: ``Probit().tilted_moments`` and
+   ``StudentT(df=4, scale=0.2).tilted_moments`` (best of 5, one thread).
+
+Usage: python benchmarks/sweep_costs.py [--n 2000] [--threads 2] [--sites 30000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from scipy.linalg import lapack
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from threadpoolctl import threadpool_limits
+
+import robustep
+import robustep.posterior.dense as dense
+from robustep.ep import expectation_propagation
+from robustep.likelihoods import Probit, StudentT
+from robustep.posterior import DensePrior
+
+
+def best_ms(fn, repeat=5):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
+
+
+def in_fit_trtri(n, threads):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (n, 2))
+    y = np.sign(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(n))
+    K = (ConstantKernel(2.0) * RBF(1.0))(X)
+    calls = []
+    original = dense.triangular_inverse
+
+    def timed(L):
+        t0 = time.perf_counter()
+        out = original(L)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        original(L)
+        calls.append((1e3 * first, 1e3 * (time.perf_counter() - t0)))
+        return out
+
+    with threadpool_limits(limits=threads, user_api="blas"), robustep.config(blas_threads=threads):
+        prior = DensePrior(K, check=False)
+        expectation_propagation(prior, y, Probit(), tol=1e-4)  # warm-up
+        dense.triangular_inverse = timed
+        try:
+            res = expectation_propagation(prior, y, Probit(), tol=1e-4)
+        finally:
+            dense.triangular_inverse = original
+        post = dense.DenseSitePosterior(K, res.site_precision, res.site_shift, need_var=False)
+        L = post._L1
+        w = np.sqrt(res.site_precision)
+        B = np.eye(n) + w[:, None] * K * w[None, :]
+        iso_trtri = best_ms(lambda: lapack.dtrtri(L, lower=1))
+        iso_chol = best_ms(lambda: lapack.dpotrf(B, lower=1))
+    print(f"## 1. dtrtri inside a fit (n = {n}, {threads} BLAS thread(s), {res.n_iter} sweeps)\n")
+    print("| call | in the fit, ms | immediate repeat, ms |")
+    print("|---|---|---|")
+    for k, (first, again) in enumerate(calls, 1):
+        print(f"| {k} | {first:.0f} | {again:.0f} |")
+    print(f"\nin isolation (best of 5): dtrtri {iso_trtri:.0f} ms, Cholesky {iso_chol:.0f} ms\n")
+
+
+def site_work(sites):
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal(sites)
+    v = rng.uniform(0.1, 2.0, sites)
+    with threadpool_limits(limits=1):
+        t_probit = best_ms(
+            lambda: Probit().tilted_moments(np.sign(rng.standard_normal(sites)), m, v)
+        )
+        y = rng.standard_normal(sites)
+        t_t = best_ms(lambda: StudentT(df=4, scale=0.2).tilted_moments(y, m, v))
+    print(f"## 2. Per-site work on the host, {sites} sites, one thread (best of 5)\n")
+    print(f"Probit tilted moments {t_probit:.1f} ms; Student-t tilted moments {t_t:.0f} ms")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sites", type=int, default=30_000)
+    args = parser.parse_args(argv)
+    in_fit_trtri(args.n, args.threads)
+    site_work(args.sites)
+
+
+if __name__ == "__main__":
+    main()
