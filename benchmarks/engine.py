@@ -11,8 +11,11 @@ Cholesky time is measured before and after the fits and its median is the unit):
    * ``expectation_propagation(K, y, Probit())`` (includes the O(n^3) check of K),
    * the same on ``DensePrior(K, check=False)`` (no check: what the estimators run),
    * the same with ``mean_sweeps=0`` (the engine before issue 16),
+   * the same with ``init="subset"`` (the start from FITC EP on a subset of the rows;
+     docs/derivations/engine_floor.md §5),
    * ``GPClassifier(method="ep", optimizer=None).fit(X, y)`` (kernel, validation, EP,
-     fitted attributes, leave-one-out diagnostics);
+     fitted attributes, leave-one-out diagnostics; from n = 2000 with the subset start),
+     and the same fit with the cold start;
 
    and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri`` (the
    triangular inverse used) and ``dpotri`` (the full inverse), each / one Cholesky.
@@ -20,7 +23,8 @@ Cholesky time is measured before and after the fits and its median is the unit):
    ``predict_proba`` on 1000 points, median wall-clock and CPU time of ``--small-repeat``
    runs, one BLAS thread (the library's default for n <= 2000).
 3. With ``--sizes``: the engine table (probit and Student-t, n in ``--sizes``): Cholesky,
-   sweeps, mean sweeps, and the whole run in Cholesky-times.
+   sweeps, mean sweeps, and the whole run in Cholesky-times, for the engine, the engine
+   before mean sweeps and the engine with ``init="subset"``.
 
 Goals (issue 16): the floor <= 15 Cholesky-times; the small fit <= 10 ms, predict_proba
 <= 5 ms.  On a loaded machine the ratios move with the load; compare within one run.
@@ -76,10 +80,21 @@ def timed(fn, repeat):
     return float(np.median(wall)), float(np.median(cpu)), out
 
 
+def one_cholesky(B):
+    """(wall, CPU) seconds of LAPACK's Cholesky of B in place, as the fits factorise.
+
+    The Fortran-ordered copy is made before the clock starts: passing the C-ordered B
+    itself would time a 32 MB transposing copy too (about 20 ms at n = 2000, a fifth of
+    the factorisation), which flattered every ratio before 2026-11-24.
+    """
+    F = np.asfortranarray(B)
+    return timed(lambda: lapack.dpotrf(F, lower=1, clean=1, overwrite_a=1), 1)[:2]
+
+
 def cholesky_time(K, repeat):
     """[(wall, CPU) seconds] of ``repeat`` Choleskys of I + K."""
     B = K + np.eye(K.shape[0])
-    return [timed(lambda: lapack.dpotrf(B, lower=1, clean=1), 1)[:2] for _ in range(repeat)]
+    return [one_cholesky(B) for _ in range(repeat)]
 
 
 def quiet(fn):
@@ -92,7 +107,7 @@ def ratio_to_cholesky(fn, B, repeat):
     """Median over ``repeat`` rounds of (wall, CPU) time of ``fn()`` divided by the mean of
     one Cholesky of B just before and one just after it (the load of a shared machine
     drifts; neighbouring measurements see about the same load); and the last result."""
-    chol = lambda: timed(lambda: lapack.dpotrf(B, lower=1, clean=1), 1)[:2]  # noqa: E731
+    chol = lambda: one_cholesky(B)  # noqa: E731
     walls, cpus, out = [], [], None
     for _ in range(repeat):
         before = chol()
@@ -119,10 +134,19 @@ def floor(n, threads, repeat, kind="probit"):
             "same, mean_sweeps=0 (before)": lambda: expectation_propagation(
                 prior, y, lik, tol=1e-4, mean_sweeps=0
             ),
+            "same, init='subset'": lambda: expectation_propagation(
+                prior, y, lik, tol=1e-4, init="subset"
+            ),
         }
         if kind == "probit":
             clf = GPClassifier(KERNEL, method="ep", optimizer=None, tol=1e-4)
             runs["GPClassifier(method='ep').fit"] = lambda: clf.fit(X, labels)._result
+
+            def cold_fit():
+                with robustep.config(subset_start_min_n=None):
+                    return clf.fit(X, labels)._result
+
+            runs["same, cold start (no subset)"] = cold_fit
         results = {name: ratio_to_cholesky(fn, B, repeat) for name, fn in runs.items()}
     c, cc = (float(np.median([t[i] for t in chol])) for i in (0, 1))
     print(f"\n{kind} EP floor: n = {n}, {threads} BLAS thread(s), tol 1e-4, median of {repeat}")
@@ -160,10 +184,13 @@ def small(repeat):
 def table(sizes, repeat, threads):
     print(f"\nengine table ({threads} BLAS thread(s); tol 1e-4; K checked; median of {repeat})")
     print(f"{'lik':9s} {'n':>5s} {'chol s':>8s} {'sweeps':>6s} {'mean sw':>7s} "
-          f"{'total/chol':>10s} {'before: sweeps':>14s} {'/chol':>6s} {'conv':>5s}")  # fmt: skip
+          f"{'total/chol':>10s} {'before: sweeps':>14s} {'/chol':>6s} "
+          f"{'subset: sweeps':>14s} {'/chol':>6s} {'conv':>5s}")  # fmt: skip
 
-    def run(K, y, lik, mean_sweeps):
-        fit = lambda: expectation_propagation(K, y, lik, tol=1e-4, mean_sweeps=mean_sweeps)  # noqa: E731
+    def run(K, y, lik, mean_sweeps, init=None):
+        fit = lambda: expectation_propagation(  # noqa: E731
+            K, y, lik, tol=1e-4, mean_sweeps=mean_sweeps, init=init
+        )
         return quiet(lambda: timed(fit, repeat))
 
     with threadpool_limits(limits=threads, user_api="blas"):
@@ -173,10 +200,12 @@ def table(sizes, repeat, threads):
                 chol = float(np.median([t[0] for t in cholesky_time(K, repeat)]))
                 total, _, res = run(K, y, lik, "auto")
                 before, _, res0 = run(K, y, lik, 0)
+                subset, _, res1 = run(K, y, lik, "auto", init="subset")
                 mean = int(sum(res.history["mean_sweeps"]))
+                conv = str(res.converged and res0.converged and res1.converged)
                 print(f"{kind:9s} {n:5d} {chol:8.4f} {res.n_iter:6d} {mean:7d} "
                       f"{total / chol:10.1f} {res0.n_iter:14d} {before / chol:6.1f} "
-                      f"{str(res.converged):>5s}", flush=True)  # fmt: skip
+                      f"{res1.n_iter:14d} {subset / chol:6.1f} {conv:>5s}", flush=True)  # fmt: skip
 
 
 def main(argv=None):

@@ -7,8 +7,14 @@ docs/derivations/array_backends.md §4):
    ``--threads`` BLAS threads, tol 1e-4): every LAPACK ``dtrtri`` call the posterior makes
    during ``expectation_propagation``, timed as it happens and immediately repeated on the
    same factor, against the same call and one Cholesky of the final ``I + S K S`` repeated
-   in isolation (best of 5).  The first in-fit call runs after the sweep's other memory
-   traffic; the repeat and the isolated calls find the factor in cache.
+   in isolation (best of 5; the Cholesky in place on a Fortran-ordered copy made before
+   the clock starts, as the fits factorise).
+   Then the same ``dtrtri`` right after a product ``K @ x`` by numpy, right after the same
+   product by SciPy's BLAS (``robustep.linalg.blas_matmul``) and after a 0.3 s pause
+   (median of 5 each).  numpy and SciPy wheels bundle separate OpenBLAS builds; numpy's
+   idle threads spin for a while after its product and share the cores with SciPy's
+   LAPACK.  Before 2026-11-24 the dense posterior made its products with numpy, and the
+   in-fit calls ran at about twice the isolated time (docs/derivations/engine_floor.md §5).
 2. **Per-site (host) work** at ``--sites`` sites: ``Probit().tilted_moments`` and
    ``StudentT(df=4, scale=0.2).tilted_moments`` (best of 5, one thread).
 
@@ -29,6 +35,7 @@ import robustep
 import robustep.posterior.dense as dense
 from robustep.ep import expectation_propagation
 from robustep.likelihoods import Probit, StudentT
+from robustep.linalg import blas_matmul
 from robustep.posterior import DensePrior
 
 
@@ -71,13 +78,33 @@ def in_fit_trtri(n, threads):
         w = np.sqrt(res.site_precision)
         B = np.eye(n) + w[:, None] * K * w[None, :]
         iso_trtri = best_ms(lambda: lapack.dtrtri(L, lower=1))
-        iso_chol = best_ms(lambda: lapack.dpotrf(B, lower=1))
+        iso_chol = min(in_place_cholesky_ms(B) for _ in range(5))
+        after = {name: [] for name in ("numpy K @ x", "SciPy BLAS K x", "0.3 s pause")}
+        x = rng.standard_normal(n)
+        for _ in range(5):
+            for name in after:
+                if name == "numpy K @ x":
+                    K @ x
+                elif name == "SciPy BLAS K x":
+                    blas_matmul(K, x)
+                else:
+                    time.sleep(0.3)
+                after[name].append(best_ms(lambda: lapack.dtrtri(L, lower=1), repeat=1))
     print(f"## 1. dtrtri inside a fit (n = {n}, {threads} BLAS thread(s), {res.n_iter} sweeps)\n")
     print("| call | in the fit, ms | immediate repeat, ms |")
     print("|---|---|---|")
     for k, (first, again) in enumerate(calls, 1):
         print(f"| {k} | {first:.0f} | {again:.0f} |")
-    print(f"\nin isolation (best of 5): dtrtri {iso_trtri:.0f} ms, Cholesky {iso_chol:.0f} ms\n")
+    print(f"\nin isolation (best of 5): dtrtri {iso_trtri:.0f} ms, Cholesky {iso_chol:.0f} ms")
+    print("dtrtri right after (median of 5): " + "; ".join(
+        f"{name} {np.median(ms):.0f} ms" for name, ms in after.items()) + "\n")  # fmt: skip
+
+
+def in_place_cholesky_ms(B):
+    F = np.asfortranarray(B)
+    t0 = time.perf_counter()
+    lapack.dpotrf(F, lower=1, overwrite_a=1)
+    return 1e3 * (time.perf_counter() - t0)
 
 
 def site_work(sites):

@@ -273,3 +273,65 @@ def test_flat_sites_need_no_factorisation_and_give_the_prior():
     # a flat-precision site with a shift still gives mean K nu (the site is exp(nu f))
     nu = rng.standard_normal(6)
     np.testing.assert_allclose(SitePosterior(K, np.zeros(6), nu).mean, K @ nu, rtol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_site_posterior_independent_of_the_layout_of_K(layout):
+    """The row-block scaling of I + W K W (upper triangle only) reads K in any memory
+    layout and gives the posterior of the C-ordered K."""
+    K, tau, nu = CASES["positive"]
+    if layout == "F":
+        Kl = np.asfortranarray(K)
+    elif layout == "strided":
+        big = np.zeros((2 * K.shape[0], 2 * K.shape[1]))
+        big[::2, ::2] = K
+        Kl = big[::2, ::2]
+    else:
+        Kl = K
+    Sigma, mu, logdet = _dense(K, tau, nu)
+    post = SitePosterior(Kl, tau, nu)
+    np.testing.assert_allclose(post.var, np.diag(Sigma), rtol=1e-9)
+    np.testing.assert_allclose(post.mean, mu, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(post.log_det, logdet, rtol=1e-10)
+
+
+def test_site_posterior_with_more_rows_than_one_scaling_block():
+    """n above the 256-row block of the I + W K W scaling: every block lands in place."""
+    rng = np.random.default_rng(3)
+    x = np.sort(rng.uniform(-20, 20, 600))
+    K = _rbf(x, noise=0.1)
+    tau = rng.uniform(0.1, 2.0, x.size)
+    nu = rng.normal(size=x.size)
+    Sigma, mu, logdet = _dense(K, tau, nu)
+    post = SitePosterior(K, tau, nu)
+    np.testing.assert_allclose(post.var, np.diag(Sigma), rtol=1e-8)
+    np.testing.assert_allclose(post.mean, mu, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(post.log_det, logdet, rtol=1e-10)
+
+
+@pytest.mark.parametrize("a_layout", ["C", "F", "strided"])
+@pytest.mark.parametrize("b_shape", [(5,), (5, 3), (5, 1)])
+def test_blas_matmul_equals_numpy(a_layout, b_shape):
+    from robustep.linalg import blas_matmul
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 10))
+    A = {"C": A[:, :5].copy(), "F": np.asfortranarray(A[:, :5]), "strided": A[:, ::2]}[a_layout]
+    for B in (rng.normal(size=b_shape), np.asfortranarray(rng.normal(size=b_shape))):
+        for b in (B, B[::-1]):
+            A0, b0 = A.copy(), b.copy()
+            np.testing.assert_allclose(blas_matmul(A, b), A @ b, rtol=1e-13, atol=1e-14)
+            np.testing.assert_array_equal(A, A0)  # inputs untouched
+            np.testing.assert_array_equal(b, b0)
+
+
+def test_blas_matmul_falls_back_to_numpy():
+    from robustep.linalg import blas_matmul
+
+    A32 = np.ones((3, 2), dtype=np.float32)
+    assert blas_matmul(A32, np.ones(2, dtype=np.float32)).dtype == np.float32
+    np.testing.assert_array_equal(blas_matmul(np.ones((3, 0)), np.ones(0)), np.zeros(3))
+    Ac = np.ones((2, 2), dtype=complex)
+    np.testing.assert_array_equal(blas_matmul(Ac, Ac), Ac @ Ac)
+    with pytest.raises(ValueError):
+        blas_matmul(np.ones((3, 2)), np.ones(3))  # shape mismatch: numpy's own error

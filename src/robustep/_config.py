@@ -51,6 +51,14 @@ class Settings:
         computing (``python benchmarks/blas_threads.py``, docs/benchmarks.md).
     blas_threads_auto_max_n : int
         Largest training-set size for which ``blas_threads="auto"`` uses one thread.
+    subset_start_min_n : int or None
+        ``GPClassifier`` with a dense EP method and the parallel schedule starts EP
+        from the sites of FITC EP on a random subset of the training inputs
+        (``init="subset"`` of :func:`robustep.ep.expectation_propagation`) when it has at
+        least this many training points and no warm start; None never does.  The fixed
+        point is the same; on smooth kernels the O(n^3) sweeps drop from 6-7 to 1-2 at
+        n = 2000-4000, on rough ones it costs up to ~20% more
+        (``python benchmarks/engine.py``, docs/benchmarks.md).
     """
 
     jitter: float = 1e-10
@@ -60,6 +68,7 @@ class Settings:
     min_cavity_precision: float = 1e-12
     blas_threads: str | int | None = "auto"
     blas_threads_auto_max_n: int = 2000
+    subset_start_min_n: int | None = 2000
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -67,6 +76,11 @@ class Settings:
         ok = ok or (isinstance(bt, numbers.Integral) and not isinstance(bt, bool) and bt >= 1)
         if not ok:
             raise ValueError(f'blas_threads must be "auto", a positive integer or None, got {bt!r}')
+        sm = self.subset_start_min_n
+        if sm is not None and not (
+            isinstance(sm, numbers.Integral) and not isinstance(sm, bool) and sm >= 1
+        ):
+            raise ValueError(f"subset_start_min_n must be a positive integer or None, got {sm!r}")
 
 
 # Settings is a frozen dataclass, so sharing one default instance is safe.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
 from robustep._config import get_config
 
@@ -78,3 +78,43 @@ def triangular_inverse(L):
     if info != 0:
         raise np.linalg.LinAlgError("singular triangular factor")
     return Linv
+
+
+def _fortran_operand(A):
+    """(array, transpose flag) such that op(array) = A with array Fortran-contiguous."""
+    if A.flags.f_contiguous:
+        return A, 0
+    if A.flags.c_contiguous:
+        return A.T, 1
+    return np.asfortranarray(A), 0
+
+
+def blas_matmul(A, B):
+    """``A @ B`` for float64 A (p, q) and B (q,) or (q, r), computed by SciPy's BLAS.
+
+    numpy and SciPy wheels ship separate OpenBLAS builds, each with its own thread pool.
+    After a multithreaded numpy product, numpy's idle BLAS threads keep spinning for a
+    while; a LAPACK call through SciPy right after it then shares the cores with them and
+    ran at one-thread speed (measured: ``dtrtri`` at n = 2000 on 2 threads took 106-136 ms
+    after ``K @ x`` against 56-64 ms after the same product by SciPy's BLAS;
+    docs/benchmarks.md).  The EP engine's per-sweep products therefore go through the
+    library that runs its factorisations.  C- or Fortran-ordered operands are passed
+    without copies (a C-ordered array is the transpose of a Fortran-ordered one).
+    Anything other than real float64 falls back to ``A @ B``.
+    """
+    if (
+        A.dtype != np.float64
+        or B.dtype != np.float64
+        or A.ndim != 2
+        or B.ndim not in (1, 2)
+        or A.shape[1] != B.shape[0]
+        or A.size == 0
+        or B.size == 0
+    ):
+        return A @ B
+    a, trans_a = _fortran_operand(A)
+    if B.ndim == 1:
+        x = B if B.flags.c_contiguous else np.ascontiguousarray(B)
+        return blas.dgemv(1.0, a, x, trans=trans_a)
+    b, trans_b = _fortran_operand(B)
+    return blas.dgemm(1.0, a, b, trans_a=trans_a, trans_b=trans_b)

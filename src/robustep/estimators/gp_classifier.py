@@ -30,10 +30,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from robustep._config import get_config
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._auto import warn_if_not_converged
+from robustep.posterior import DensePrior
 
 __all__ = ["GPClassifier"]
 
@@ -321,11 +323,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             # K comes from a scikit-learn kernel, symmetric positive semi-definite by
             # construction: skip the engine's O(n^3) check of K (one Cholesky per call);
             # keep the O(n^2) finiteness test (a kernel can overflow)
-            from robustep.posterior import DensePrior
-
             if not np.isfinite(K).all():
                 raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
             K = DensePrior(K, check=False)
+        if init is None and self.schedule == "parallel" and isinstance(K, DensePrior):
+            min_n = get_config().subset_start_min_n
+            if min_n is not None and K.n >= min_n:
+                init = "subset"  # the same fixed point, fewer O(n^3) sweeps (ep/subset_start.py)
         kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
         if self.method == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
             from robustep.estimators._auto import auto_expectation_propagation
