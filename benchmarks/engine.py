@@ -16,6 +16,8 @@ Cholesky time is measured before and after the fits and its median is the unit):
    * ``GPClassifier(method="ep", optimizer=None).fit(X, y)`` (kernel, validation, EP,
      fitted attributes, leave-one-out diagnostics; from n = 2000 with the subset start),
      and the same fit with the cold start;
+   * ``GPClassifier(method="laplace", optimizer=None).fit`` (Newton steps, one Cholesky
+     each; "sweeps" are Newton steps);
 
    and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri`` (the
    triangular inverse used) and ``dpotri`` (the full inverse), each / one Cholesky.
@@ -147,6 +149,8 @@ def floor(n, threads, repeat, kind="probit"):
                     return clf.fit(X, labels)._result
 
             runs["same, cold start (no subset)"] = cold_fit
+            lap = GPClassifier(KERNEL, method="laplace", optimizer=None)
+            runs["GPClassifier(method='laplace').fit"] = lambda: lap.fit(X, labels)._result
         results = {name: ratio_to_cholesky(fn, B, repeat) for name, fn in runs.items()}
     c, cc = (float(np.median([t[i] for t in chol])) for i in (0, 1))
     print(f"\n{kind} EP floor: n = {n}, {threads} BLAS thread(s), tol 1e-4, median of {repeat}")
@@ -159,7 +163,7 @@ def floor(n, threads, repeat, kind="probit"):
           f"{'chol/sweep':>10s} {'conv':>5s}")  # fmt: skip
     for name, (wall, cpu, res) in results.items():
         sweeps = int(res.n_iter)
-        mean = int(sum(res.history.get("mean_sweeps", [])))
+        mean = int(sum(getattr(res, "history", {}).get("mean_sweeps", [])))
         conv = str(bool(res.converged))
         print(f"{name:32s} {wall:9.1f} {cpu:8.1f} {sweeps:6d} {mean:7d} "
               f"{wall / max(sweeps, 1):10.2f} {conv:>5s}", flush=True)  # fmt: skip

@@ -335,3 +335,24 @@ def test_blas_matmul_falls_back_to_numpy():
     np.testing.assert_array_equal(blas_matmul(Ac, Ac), Ac @ Ac)
     with pytest.raises(ValueError):
         blas_matmul(np.ones((3, 2)), np.ones(3))  # shape mismatch: numpy's own error
+
+
+@pytest.mark.parametrize("n", [1, 7, 600])
+def test_identity_plus_scaled_lower_triangle(n):
+    from robustep.linalg import identity_plus_scaled
+
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, n))
+    K = A @ A.T
+    w = rng.uniform(0.0, 2.0, n)
+    K0 = K.copy()
+    B = identity_plus_scaled(K, w)
+    assert B.flags.f_contiguous and B.shape == (n, n)
+    ref = np.eye(n) + w[:, None] * K * w[None, :]
+    np.testing.assert_array_equal(np.tril(B), np.tril(ref))  # the same bits
+    np.testing.assert_array_equal(K, K0)
+    from scipy.linalg import lapack
+
+    L, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=1)
+    assert info == 0
+    np.testing.assert_allclose(L @ L.T, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())

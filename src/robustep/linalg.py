@@ -118,3 +118,28 @@ def blas_matmul(A, B):
         return blas.dgemv(1.0, a, x, trans=trans_a)
     b, trans_b = _fortran_operand(B)
     return blas.dgemm(1.0, a, b, trans_a=trans_a, trans_b=trans_b)
+
+
+_SCALE_BLOCK_ROWS = 256
+
+
+def identity_plus_scaled(K, w):
+    """B = I + diag(w) K diag(w) for symmetric K (n, n) and w (n,), ready for LAPACK.
+
+    Returns an (n, n) Fortran-ordered array whose **lower triangle** holds B; the part
+    above the diagonal blocks is left uninitialised.  ``lapack.dpotrf(B, lower=1,
+    clean=1, overwrite_a=1)`` reads only the lower triangle, factorises in place (a
+    C-ordered argument would first be copied to Fortran order, ~20 ms at n = 2000) and
+    zeroes the rest.  It is built as the transpose of the row-wise product
+    (K_ij w_j) w_i on the upper triangle, in row blocks of ``_SCALE_BLOCK_ROWS``, which
+    touches about half of the memory of the full product (8.8 against 12.2 ms at
+    n = 2000; docs/derivations/engine_floor.md §5).  K is not modified.
+    """
+    n = K.shape[0]
+    out = np.empty((n, n))  # C order, so that out.T is Fortran-ordered
+    for start in range(0, n, _SCALE_BLOCK_ROWS):
+        stop = min(n, start + _SCALE_BLOCK_ROWS)
+        block = np.multiply(K[start:stop, start:], w[None, start:], out=out[start:stop, start:])
+        block *= w[start:stop, None]
+    out.flat[:: n + 1] += 1.0
+    return out.T

@@ -38,6 +38,7 @@ from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines.laplace import LaplaceModeMixin, check_prior_and_targets
+from robustep.linalg import blas_matmul, identity_plus_scaled
 
 __all__ = ["LogConcaveLaplaceResult", "laplace_logconcave", "laplace_logconcave_gradient"]
 
@@ -88,8 +89,7 @@ def _factor(K, W):
     if np.any(W < 0):
         raise _NegativeCurvature
     sW = np.sqrt(W)
-    B = sW[:, None] * K * sW[None, :]
-    B[np.diag_indices_from(B)] += 1.0
+    B = identity_plus_scaled(K, sW)  # lower triangle, Fortran order: factorised in place
     L, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=1)
     if info != 0:
         raise linalg.LinAlgError("I + W^1/2 K W^1/2 is not positive definite")
@@ -119,7 +119,7 @@ def laplace_logconcave(K, y, likelihood, *, max_iter=100, tol=1e-8, init_alpha=N
     a = np.zeros(n) if init_alpha is None else np.asarray(init_alpha, float).reshape(-1)
     if a.shape != (n,) or not np.all(np.isfinite(a)):
         a = np.zeros(n)
-    f = K @ a
+    f = blas_matmul(K, a)
     try:
         return _newton(K, y, likelihood, a, f, max_iter, tol)
     except _NegativeCurvature:
@@ -141,9 +141,9 @@ def _newton(K, y, likelihood, a, f, max_iter, tol):
         W = -np.asarray(d2, float)
         sW, L = _factor(K, W)
         b = W * f + d1
-        a_new = b - sW * linalg.cho_solve((L, True), sW * (K @ b), check_finite=False)
+        a_new = b - sW * linalg.cho_solve((L, True), sW * blas_matmul(K, b), check_finite=False)
         da = a_new - a
-        df = K @ da
+        df = blas_matmul(K, da)
         decrement = 0.5 * float((d1 - a) @ df)
         if decrement < tol and gain < max(tol, 1e-12 * abs(psi)):
             converged = True
