@@ -13,7 +13,7 @@
 3. ``--damping``: outer iterations of nested EP with and without damping on iris.
 
 Usage: ``python benchmarks/multiclass.py [--full] [--splits N] [--sizes 200 400]
-[--classes 3 5 10] [--damping] [--no-accuracy] [--no-cost]``.  ``--full`` runs the
+[--classes 3 5 10] [--damping] [--no-accuracy] [--no-cost] [--threads 1]``.  ``--full`` runs the
 experiment's full configuration (10 splits, digits with 10 classes; long); without it the
 quick configuration (about 15 CPU seconds).
 """
@@ -124,10 +124,11 @@ def main(argv=None):
     parser.add_argument("--no-accuracy", action="store_true")
     parser.add_argument("--no-cost", action="store_true")
     parser.add_argument("--damping", action="store_true", help="also the damping table")
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=args.threads):
         if not args.no_accuracy:
             accuracy(args.full, args.splits)
         if not args.no_cost:

@@ -43,12 +43,13 @@ from robustep.likelihoods.multinomial_probit import (
     inner_ep,
     site_natural_parameters,
 )
+from robustep.linalg import blas_matmul, identity_plus_scaled
 
 __all__ = ["MulticlassEPResult", "nested_ep", "multiclass_posterior"]
 
 
-def _chol(A):
-    L, info = lapack.dpotrf(A, lower=1, clean=True)
+def _chol(A, overwrite=False):
+    L, info = lapack.dpotrf(A, lower=1, clean=True, overwrite_a=int(overwrite))
     if info != 0:
         raise np.linalg.LinAlgError("matrix not positive definite in the multi-class posterior")
     return L
@@ -104,9 +105,8 @@ def multiclass_posterior(Ks, pi, shift, *, chunk=512):
     E = np.empty((c, n, n))
     log_det = 0.0
     for j in range(c):
-        B = d[:, j, None] * Ks[j] * d[None, :, j]
-        B[np.diag_indices(n)] += 1.0
-        L = _chol(B)
+        # lower triangle, Fortran order: factorised in place (linalg.identity_plus_scaled)
+        L = _chol(identity_plus_scaled(Ks[j], d[:, j]), overwrite=True)
         log_det += 2.0 * np.sum(np.log(np.diag(L)))
         Binv, info = lapack.dpotri(L, lower=1)
         if info != 0:
@@ -116,20 +116,21 @@ def multiclass_posterior(Ks, pi, shift, *, chunk=512):
     C = E.sum(axis=0)
     L_C = _chol(C)
     log_det += 2.0 * np.sum(np.log(np.diag(L_C))) - np.sum(np.log(pi.sum(axis=1)))
-    Knu = np.column_stack([Ks[j] @ shift[:, j] for j in range(c)])  # K_j ν̃_j  (n, c)
-    s = sum(E[j] @ Knu[:, j] for j in range(c))  # Σ_k E_k K_k ν̃_k
+    # products by SciPy's BLAS, the library of the factorisations (linalg.blas_matmul)
+    Knu = np.column_stack([blas_matmul(Ks[j], shift[:, j]) for j in range(c)])  # K_j ν̃_j
+    s = sum(blas_matmul(E[j], Knu[:, j]) for j in range(c))  # Σ_k E_k K_k ν̃_k
     Cs = linalg.cho_solve((L_C, True), s, check_finite=False)
     gamma = np.empty((n, c))
     for j in range(c):
-        gamma[:, j] = shift[:, j] - E[j] @ (Knu[:, j] - Cs)
-    mean = np.column_stack([Ks[j] @ gamma[:, j] for j in range(c)])
+        gamma[:, j] = shift[:, j] - blas_matmul(E[j], Knu[:, j] - Cs)
+    mean = np.column_stack([blas_matmul(Ks[j], gamma[:, j]) for j in range(c)])
     # marginal covariances: diag(A_j) + the C^{-1} coupling, in column chunks
     cov = np.zeros((n, c, c))
     for start in range(0, n, chunk):
         sl = slice(start, min(start + chunk, n))
         F = np.empty((c, n, sl.stop - start))
         for j in range(c):
-            H = E[j] @ Ks[j][:, sl]  # (E_j K_j)[:, sl]
+            H = blas_matmul(E[j], Ks[j][:, sl])  # (E_j K_j)[:, sl]
             cov[sl, j, j] = np.diag(Ks[j])[sl] - np.einsum("ab,ab->b", Ks[j][:, sl], H)
             F[j] = linalg.solve_triangular(L_C, H, lower=True, check_finite=False)
         Ft = F.transpose(2, 0, 1)  # (b, c, n)
