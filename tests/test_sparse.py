@@ -496,3 +496,27 @@ def test_unsupported_sparse_options():
         StudentTGPRegressor(method="vb", inducing_points=5).fit(X, yr)
     with pytest.raises(ValueError, match="df_grid"):
         StudentTGPRegressor(df_grid=True, inducing_points=5).fit(X, yr)
+
+
+@pytest.mark.parametrize("signs", ["positive", "mixed", "negative", "zero"])
+def test_gram_block_equals_the_explicit_product(signs):
+    from robustep.posterior.sparse import gram_block
+
+    rng = np.random.default_rng(7)
+    Vr = rng.normal(size=(40, 6))
+    beta = {
+        "positive": rng.uniform(0.1, 2.0, 40),
+        "mixed": rng.uniform(-1.0, 2.0, 40),
+        "negative": -rng.uniform(0.1, 2.0, 40),
+        "zero": np.zeros(40),
+    }[signs]
+    gamma = rng.normal(size=40)
+    V0 = Vr.copy()
+    G, b = gram_block(Vr, beta, gamma)
+    np.testing.assert_allclose(G, Vr.T @ (beta[:, None] * Vr), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(b, Vr.T @ gamma, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(Vr, V0)
+    G0, b0 = gram_block(Vr[:0], beta[:0], gamma[:0])
+    np.testing.assert_array_equal(G0, np.zeros((6, 6)))
+    np.testing.assert_array_equal(b0, np.zeros(6))

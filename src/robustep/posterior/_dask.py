@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from robustep.posterior.sparse import FITCPrior, _factor_kmm, quad_block, row_chunks
+from robustep.posterior.sparse import FITCPrior, _factor_kmm, gram_block, quad_block, row_chunks
 
 
 def is_dask_array(x) -> bool:
@@ -49,7 +49,7 @@ def _block_lambda(Xc, Vc, kernel):
 
 
 def _block_gram(Vc, beta, gamma):
-    return Vc.T @ (beta[:, None] * Vc), Vc.T @ gamma
+    return gram_block(Vc, beta, gamma)
 
 
 def _block_project(Vc, g):
