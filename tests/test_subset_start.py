@@ -137,6 +137,7 @@ def test_classifier_uses_the_start_from_the_configured_size(monkeypatch):
     with robustep.config(subset_start_min_n=100):
         GPClassifier(method="laplace", optimizer=None).fit(X, labels)
         GPClassifier(method="ep", schedule="sequential", optimizer=None).fit(X, labels)
+        GPClassifier(likelihood="step", label_noise=0.1, optimizer=None).fit(X, labels)
     assert len(calls) == 1
 
 

@@ -52,7 +52,7 @@ class Settings:
     blas_threads_auto_max_n : int
         Largest training-set size for which ``blas_threads="auto"`` uses one thread.
     subset_start_min_n : int or None
-        ``GPClassifier`` with a dense EP method and the parallel schedule starts EP
+        ``GPClassifier`` (probit likelihood, a dense EP method, the parallel schedule) starts EP
         from the sites of FITC EP on a random subset of the training inputs
         (``init="subset"`` of :func:`robustep.ep.expectation_propagation`) when it has at
         least this many training points and no warm start; None never does.  The fixed
