@@ -153,3 +153,16 @@ def test_dense_prior_object_takes_the_start():
     a = expectation_propagation(DensePrior(K, check=False), y, lik, init="subset", tol=1e-9)
     b = expectation_propagation(K, y, lik, tol=1e-9)
     np.testing.assert_allclose(a.mean, b.mean, atol=1e-7)
+
+
+def test_repeated_inputs_give_no_warning():
+    """Duplicate rows make the subset's K_mm singular: the start stays quiet."""
+    rng = np.random.default_rng(4)
+    X = np.repeat(rng.uniform(-3, 3, size=(30, 2)), 10, axis=0)  # 300 rows, 30 distinct
+    K = (ConstantKernel(2.0) * RBF(1.5))(X)
+    y = np.where(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(300) > 0, 1.0, -1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        start = subset_fitc_start(K, y, Probit())
+        res = expectation_propagation(DensePrior(K + 1e-6 * np.eye(300)), y, Probit(), init=start)
+    assert res.converged

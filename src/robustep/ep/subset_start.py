@@ -58,9 +58,11 @@ def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=N
     m = subset_size(n)
     rows = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
     try:
-        prior = FITCPrior(K[np.ix_(rows, rows)], K[:, rows], np.diagonal(K).copy())
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a rough start need not converge
+            # a rough start need not converge, and repeated inputs in the subset (a
+            # singular K_mm, jittered by FITCPrior) are no concern of the user's
+            warnings.simplefilter("ignore")
+            prior = FITCPrior(K[np.ix_(rows, rows)], K[:, rows], np.diagonal(K).copy())
             res = expectation_propagation(
                 prior, y, likelihood, power=power, damping=damping, site_update=site_update,
                 tol=SUBSET_TOL, max_iter=SUBSET_MAX_ITER,
