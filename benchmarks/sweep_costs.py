@@ -15,7 +15,12 @@ docs/derivations/array_backends.md §4):
    idle threads spin for a while after its product and share the cores with SciPy's
    LAPACK.  Before 2026-11-24 the dense posterior made its products with numpy, and the
    in-fit calls ran at about twice the isolated time (docs/derivations/engine_floor.md §5).
-2. **Per-site (host) work** at ``--sites`` sites: ``Probit().tilted_moments`` and
+2. **Forming and factorising I + S K S** (same n and threads, median of 5): the
+   full two-pass product against ``linalg.identity_plus_scaled`` (upper triangle in row
+   blocks), and LAPACK's Cholesky of a C-ordered matrix (f2py first copies it to
+   Fortran order) against the in-place Cholesky of a Fortran-ordered one (the unit of
+   ``benchmarks/engine.py``).
+3. **Per-site (host) work** at ``--sites`` sites: ``Probit().tilted_moments`` and
    ``StudentT(df=4, scale=0.2).tilted_moments`` (best of 5, one thread).
 
 Usage: python benchmarks/sweep_costs.py [--n 2000] [--threads 2] [--sites 30000]
@@ -35,7 +40,7 @@ import robustep
 import robustep.posterior.dense as dense
 from robustep.ep import expectation_propagation
 from robustep.likelihoods import Probit, StudentT
-from robustep.linalg import blas_matmul
+from robustep.linalg import blas_matmul, identity_plus_scaled
 from robustep.posterior import DensePrior
 
 
@@ -107,6 +112,44 @@ def in_place_cholesky_ms(B):
     return 1e3 * (time.perf_counter() - t0)
 
 
+def forming_and_factorising(n, threads):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (n, 2))
+    K = (ConstantKernel(2.0) * RBF(1.0))(X)
+    w = rng.uniform(0.3, 1.0, n)
+
+    def full_product():
+        B = np.multiply(K, w[None, :])
+        B *= w[:, None]
+        B.flat[:: n + 1] += 1.0
+        return B
+
+    def median_ms(fn, setup=lambda: None):
+        times = []
+        for _ in range(5):
+            arg = setup()
+            t0 = time.perf_counter()
+            fn(arg)
+            times.append(time.perf_counter() - t0)
+        return 1e3 * float(np.median(times))
+
+    with threadpool_limits(limits=threads, user_api="blas"):
+        t_full = median_ms(lambda _: full_product())
+        t_upper = median_ms(lambda _: identity_plus_scaled(K, w))
+        C = full_product()
+        t_copy = median_ms(lambda _: lapack.dpotrf(C, lower=1, clean=1))
+        t_inplace = median_ms(
+            lambda F: lapack.dpotrf(F, lower=1, clean=1, overwrite_a=1),
+            setup=lambda: np.asfortranarray(C),
+        )
+    print(f"## 2. Forming and factorising I + S K S (n = {n}, {threads} BLAS thread(s), "
+          "median of 5)\n")  # fmt: skip
+    print(f"forming: full product {t_full:.1f} ms, upper triangle in row blocks "
+          f"{t_upper:.1f} ms")  # fmt: skip
+    print(f"Cholesky: of the C-ordered matrix (with f2py's copy) {t_copy:.1f} ms, in place "
+          f"on a Fortran-ordered one {t_inplace:.1f} ms\n")  # fmt: skip
+
+
 def site_work(sites):
     rng = np.random.default_rng(0)
     m = rng.standard_normal(sites)
@@ -117,7 +160,7 @@ def site_work(sites):
         )
         y = rng.standard_normal(sites)
         t_t = best_ms(lambda: StudentT(df=4, scale=0.2).tilted_moments(y, m, v))
-    print(f"## 2. Per-site work on the host, {sites} sites, one thread (best of 5)\n")
+    print(f"## 3. Per-site work on the host, {sites} sites, one thread (best of 5)\n")
     print(f"Probit tilted moments {t_probit:.1f} ms; Student-t tilted moments {t_t:.0f} ms")
 
 
@@ -128,6 +171,7 @@ def main(argv=None):
     parser.add_argument("--sites", type=int, default=30_000)
     args = parser.parse_args(argv)
     in_fit_trtri(args.n, args.threads)
+    forming_and_factorising(args.n, args.threads)
     site_work(args.sites)
 
 

@@ -45,6 +45,8 @@ def test_same_fixed_point_as_the_cold_start(kind):
     cold = expectation_propagation(K, y, lik, tol=1e-9)
     warm = expectation_propagation(K, y, lik, tol=1e-9, init="subset")
     assert cold.converged and warm.converged
+    # the start was used: its first sweep begins closer to the fixed point
+    assert warm.history["residual"][0] < cold.history["residual"][0]
     np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-7)
     np.testing.assert_allclose(warm.var, cold.var, rtol=1e-7)
     np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-9)
@@ -166,3 +168,21 @@ def test_repeated_inputs_give_no_warning():
         start = subset_fitc_start(K, y, Probit())
         res = expectation_propagation(DensePrior(K + 1e-6 * np.eye(300)), y, Probit(), init=start)
     assert res.converged
+
+
+def test_auto_chain_runs_the_subset_start_once(monkeypatch):
+    """method="auto" passes its init to all three stages: "subset" is resolved once."""
+    from robustep.estimators._auto import auto_expectation_propagation
+
+    _, K, y, lik = _problem(150)
+    calls = []
+    real = subset_module.subset_fitc_start
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(subset_module, "subset_fitc_start", spy)
+    res = auto_expectation_propagation(K, y, lik, max_iter=1, init="subset")  # every stage
+    assert [name for name, *_ in res.methods_tried] == ["ep", "damped", "double_loop"]
+    assert calls == [1]

@@ -58,7 +58,8 @@ class Settings:
         least this many training points and no warm start; None never does.  The fixed
         point is the same; on smooth kernels the O(n^3) sweeps drop from 6-7 to 1-2 at
         n = 2000-4000, on rough ones it costs up to ~20% more
-        (``python benchmarks/engine.py``, docs/benchmarks.md).
+        (``python benchmarks/engine.py``, ``python benchmarks/subset_start.py``;
+        docs/derivations/engine_floor.md §5).
     """
 
     jitter: float = 1e-10

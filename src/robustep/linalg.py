@@ -95,11 +95,12 @@ def blas_matmul(A, B):
     numpy and SciPy wheels ship separate OpenBLAS builds, each with its own thread pool.
     After a multithreaded numpy product, numpy's idle BLAS threads keep spinning for a
     while; a LAPACK call through SciPy right after it then shares the cores with them and
-    ran at one-thread speed (measured: ``dtrtri`` at n = 2000 on 2 threads took 106-136 ms
-    after ``K @ x`` against 56-64 ms after the same product by SciPy's BLAS;
-    docs/benchmarks.md).  The EP engine's per-sweep products therefore go through the
-    library that runs its factorisations.  C- or Fortran-ordered operands are passed
-    without copies (a C-ordered array is the transpose of a Fortran-ordered one).
+    runs at one-thread speed (``python benchmarks/sweep_costs.py --threads 2``: ``dtrtri``
+    at n = 2000 takes 98-101 ms right after numpy's ``K @ x``, 56 ms after the same
+    product by SciPy's BLAS; docs/derivations/engine_floor.md §5).  The EP engine's
+    per-sweep products therefore go through the library that runs its factorisations.
+    C- or Fortran-ordered operands are passed without copies (a C-ordered array is the
+    transpose of a Fortran-ordered one).
     Anything other than real float64 falls back to ``A @ B``.
     """
     if (
@@ -129,11 +130,12 @@ def identity_plus_scaled(K, w):
     Returns an (n, n) Fortran-ordered array whose **lower triangle** holds B; the part
     above the diagonal blocks is left uninitialised.  ``lapack.dpotrf(B, lower=1,
     clean=1, overwrite_a=1)`` reads only the lower triangle, factorises in place (a
-    C-ordered argument would first be copied to Fortran order, ~20 ms at n = 2000) and
+    C-ordered argument would first be copied to Fortran order, 24-25 ms at n = 2000) and
     zeroes the rest.  It is built as the transpose of the row-wise product
     (K_ij w_j) w_i on the upper triangle, in row blocks of ``_SCALE_BLOCK_ROWS``, which
-    touches about half of the memory of the full product (8.8 against 12.2 ms at
-    n = 2000; docs/derivations/engine_floor.md §5).  K is not modified.
+    touches about half of the memory of the full product (8.5-9.9 against 13.3-14.8 ms
+    at n = 2000; both numbers from ``python benchmarks/sweep_costs.py``).  K is not
+    modified.
     """
     n = K.shape[0]
     out = np.empty((n, n))  # C order, so that out.T is Fortran-ordered

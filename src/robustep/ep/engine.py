@@ -35,6 +35,7 @@ from sklearn.exceptions import ConvergenceWarning
 from robustep._config import get_config
 from robustep.ep.evidence import ep_objective
 from robustep.ep.state import EPResult
+from robustep.ep.subset_start import resolve_subset_start
 from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.likelihoods.base import Likelihood
 from robustep.linalg import InvalidSiteConfiguration
@@ -685,19 +686,6 @@ def _check_mean_sweeps(mean_sweeps, site_update):
     return int(mean_sweeps)
 
 
-def _subset_start(prior, y, likelihood, schedule, power, damping, site_update):
-    """``init="subset"``: sites from FITC EP on a subset of the rows of a dense K
-    (robustep.ep.subset_start), or None (flat sites) where that does not apply or fails."""
-    from robustep.ep.subset_start import subset_fitc_start
-    from robustep.posterior import DensePrior
-
-    if schedule != "parallel" or type(prior) is not DensePrior:
-        return None
-    return subset_fitc_start(
-        prior.K, y, likelihood, power=power, damping=damping, site_update=site_update
-    )
-
-
 def _initial_sites(init, n):
     if init is None:
         return np.zeros(n), np.zeros(n)
@@ -811,7 +799,10 @@ def expectation_propagation(
     ctx.mean_sweeps = _check_mean_sweeps(mean_sweeps, site_update)
     subset = isinstance(init, str) and init == "subset"
     if subset:
-        init = _subset_start(prior, y, likelihood, schedule, power, damping, site_update)
+        init = resolve_subset_start(
+            prior, y, likelihood, schedule=schedule, power=power, damping=damping,
+            site_update=site_update,
+        )  # fmt: skip
     precision, shift = _initial_sites(init, n)
     try:
         ev = _evaluate(ctx, precision, shift)

@@ -74,3 +74,25 @@ def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=N
     if not (np.all(np.isfinite(precision)) and np.all(np.isfinite(shift))):
         return None
     return precision, shift
+
+
+def resolve_subset_start(
+    K, y, likelihood, *, schedule="parallel", power=1.0, damping=0.0, site_update=None
+):
+    """The sites ``init="subset"`` stands for, or None (start from zero sites).
+
+    K : a dense (n, n) array or a :class:`robustep.posterior.DensePrior`; any other prior
+    (low-rank, array backend) and the sequential schedule give None, as does a failed
+    subset run.  The other arguments are those of the dense run.
+    """
+    from robustep.posterior import DensePrior
+
+    if schedule != "parallel":
+        return None
+    if type(K) is DensePrior:
+        K = K.K
+    elif not (isinstance(K, np.ndarray) and K.ndim == 2):
+        return None
+    return subset_fitc_start(
+        K, y, likelihood, power=power, damping=damping, site_update=site_update
+    )

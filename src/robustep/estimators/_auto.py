@@ -93,13 +93,18 @@ def auto_expectation_propagation(
     K : (n, n) prior covariance or a :class:`robustep.posterior.GaussianPrior`;
     y : (n,) targets; likelihood : a :class:`robustep.likelihoods.Likelihood`;
     max_iter : sweep budget *per stage*; tol : site tolerance (as
-    :func:`robustep.ep.expectation_propagation`); init : warm start for stage 1;
+    :func:`robustep.ep.expectation_propagation`); init : warm start for stage 1 (``"subset"``
+    is resolved once, and stages 2 and 3 start from the same sites);
     schedule : schedule of stages 1 and 2 (the double loop is parallel);
     patience : stage 1 stops after this many sweeps without a new smallest residual;
     block : sweeps per damping level in stage 2.
     """
     from robustep.ep import expectation_propagation
+    from robustep.ep.subset_start import resolve_subset_start
 
+    if isinstance(init, str) and init == "subset":
+        # once for the three stages (each would otherwise repeat the subset run)
+        init = resolve_subset_start(K, y, likelihood, schedule=schedule)
     tried = []
     results = []
     total = 0

@@ -136,22 +136,15 @@ class DenseSitePosterior(SitePosterior):
 
         P, N = self._P, self._N
         w1 = self._s[P]
-        # B1 = I + W1 K_PP W1 with one n x n allocation, built transposed: Bt[i, j] =
-        # (K_ij w_j) w_i, so Bt.T (a Fortran-ordered view) holds (w_i K_ij) w_j, the same
-        # bits as the row-wise product, and LAPACK factorises it in place instead of first
-        # copying it to Fortran order.  Flat sites (EP's usual start): B1 = I, skip the
-        # O(n^3) factorisation.
+        # B1 = I + W1 K_PP W1: its lower triangle, Fortran-ordered, which LAPACK
+        # factorises in place (linalg.identity_plus_scaled).  Flat sites (EP's usual
+        # start): B1 = I, skip the O(n^3) factorisation.
         self._identity = self._all_positive and not np.any(w1)
-        if self._all_positive and not self._identity:
-            B1 = identity_plus_scaled(K, w1)  # lower triangle only, Fortran-ordered
-        else:
-            Bt = np.multiply(K if self._all_positive else K[np.ix_(P, P)], w1[None, :])
-            Bt *= w1[:, None]
-            Bt.flat[:: Bt.shape[0] + 1] += 1.0  # + I
-            B1 = Bt.T
         if self._identity:
-            L1, info = B1, 0
+            L1, info = np.eye(w1.size, order="F"), 0
         else:
+            K_PP = K if self._all_positive else K[np.ix_(P, P)]
+            B1 = identity_plus_scaled(K_PP, w1)
             L1, info = lapack.dpotrf(B1, lower=1, clean=True, overwrite_a=1)
         if info != 0:  # cannot happen for tau_P >= 0 unless K is not PSD or not finite
             raise np.linalg.LinAlgError(
