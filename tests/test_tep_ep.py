@@ -157,6 +157,25 @@ def test_process_posterior_negative_sites():
     assert process_posterior(K, np.array([-5.0, 0.0]), nu) is None
 
 
+def test_process_posterior_rejects_indefinite_sigma_with_positive_diagonal():
+    """Sigma_G with two negative eigenvalues has a positive determinant and, here, a
+    positive diagonal; it is still not a posterior, so process_posterior returns None."""
+    Q = np.linalg.qr(np.array([[1.0, 1.0, 1.0], [1.0, -1.0, 0.0], [1.0, 1.0, -2.0]]).T)[0]
+    sigma = Q @ np.diag([5.0, -1.0, -1.0]) @ Q.T  # Q's first column is (1, 1, 1)/sqrt(3)
+    assert np.all(np.diag(sigma) > 0) and np.linalg.det(sigma) > 0
+    tau = np.full(3, -2.0)
+    K = np.linalg.inv(np.linalg.inv(sigma) - np.diag(tau))  # K^-1 + T = sigma^-1
+    assert np.all(np.linalg.eigvalsh(K) > 0)
+    assert np.linalg.slogdet(np.eye(3) + K @ np.diag(tau))[0] > 0
+    assert process_posterior(K, tau, np.zeros(3)) is None
+    # the same K with a proper site configuration is accepted, and d = diag(Sigma_G)
+    post = process_posterior(K, np.array([0.5, -0.1, 0.0]), np.ones(3))
+    ref = np.linalg.inv(np.linalg.inv(K) + np.diag([0.5, -0.1, 0.0]))
+    np.testing.assert_allclose(post.d, np.diag(ref), rtol=1e-12)
+    np.testing.assert_allclose(post.mu, ref @ np.ones(3), rtol=1e-12)
+    np.testing.assert_allclose(post.sigma_g, ref, rtol=1e-12, atol=1e-14)
+
+
 def test_bad_arguments():
     X, y = _data(n=3)
     with pytest.raises(ValueError, match="method"):

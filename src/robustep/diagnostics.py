@@ -464,7 +464,7 @@ def process_classifier_loo(post, tau, nu, y_pm, df, eps, *, warn=True, return_fa
     """
     from robustep.tep.likelihood import tilted_normaliser
 
-    d = np.diag(post.sigma_g)
+    d = post.d
     with np.errstate(all="ignore"):
         cav_prec = 1.0 / d - tau
         ok = cav_prec > 1e-10 / d
