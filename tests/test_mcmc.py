@@ -169,3 +169,81 @@ def test_fast_kernel_path_gives_the_same_chain(monkeypatch):
     # f = f0 + K (K + V)^-1 (...) amplifies rounding of K where V is tiny; the chains
     # above stay identical, so these differences do not feed back.
     np.testing.assert_allclose(fast.f, slow.f, atol=1e-2)
+
+
+def test_random_walk_metropolis_truncated_gaussian_target():
+    """Correlated 2-D Gaussian truncated to a box: the chain's mean and covariance match
+    the target's, computed on a grid."""
+    from robustep.baselines.mcmc import random_walk_metropolis
+
+    mean = np.array([0.5, -0.2])
+    cov = np.array([[1.0, 0.8], [0.8, 1.0]])
+    prec = np.linalg.inv(cov)
+    lower, upper = np.array([-1.0, -2.0]), np.array([2.5, 1.0])
+
+    def logp(x):
+        d = x - mean
+        return -0.5 * d @ prec @ d
+
+    rng = np.random.default_rng(4)
+    chol = np.linalg.cholesky(2.38**2 / 2 * cov)
+    x, lp, draws, accepted = np.zeros(2), None, [], 0
+    for _ in range(30000):
+        x, lp, acc = random_walk_metropolis(
+            logp, x, rng, chol=chol, n_steps=1, lower=lower, upper=upper, lp0=lp
+        )
+        accepted += acc
+        draws.append(x)
+    d = np.array(draws[1000:])
+    assert np.all(d >= lower) and np.all(d <= upper)
+    g1, g2 = np.meshgrid(np.linspace(-1, 2.5, 701), np.linspace(-2, 1, 601), indexing="ij")
+    pts = np.stack([g1.ravel(), g2.ravel()], axis=1) - mean
+    w = np.exp(-0.5 * np.einsum("ij,jk,ik->i", pts, prec, pts))
+    w /= w.sum()
+    ref_mean = w @ (pts + mean)
+    c = pts + mean - ref_mean
+    ref_cov = (w[:, None] * c).T @ c
+    ess = min(effective_sample_size(d[:, k][None]) for k in range(2))
+    se = np.sqrt(np.diag(ref_cov) / ess)
+    assert np.all(np.abs(d.mean(axis=0) - ref_mean) < 4 * se)
+    np.testing.assert_allclose(np.cov(d, rowvar=False), ref_cov, rtol=0.15, atol=0.03)
+    assert 0.1 < accepted / 30000 < 0.7
+
+
+def test_metropolis_hyperparameters_match_the_slice_sampler():
+    """The same posterior of the kernel hyperparameters from both hyperparameter samplers
+    (small problem, long chains: agreement within Monte Carlo error)."""
+    rng = np.random.default_rng(5)
+    n = 25
+    X = np.sort(rng.uniform(-3, 3, size=(n, 1)), axis=0)
+    y = np.sin(X[:, 0]) + 0.2 * rng.standard_t(4, size=n)
+    kernel = ConstantKernel(1.0) * RBF(1.0)
+    runs = {}
+    for sampler in ("slice", "metropolis"):
+        runs[sampler] = gibbs_student_t_gp(
+            kernel,
+            X,
+            y,
+            n_samples=1500,
+            burn_in=400,
+            n_chains=2,
+            hyper_sampler=sampler,
+            random_state=6,
+        )
+    met = runs["metropolis"]
+    assert 0.1 < met.hyper_acceptance < 0.7 and runs["slice"].hyper_acceptance is None
+    for j in range(2):
+        a, b = runs["slice"].kernel_theta[:, j], met.kernel_theta[:, j]
+        ess_a = effective_sample_size(a.reshape(2, -1))
+        ess_b = effective_sample_size(b.reshape(2, -1))
+        se = np.sqrt(a.var() / ess_a + b.var() / ess_b)
+        assert abs(a.mean() - b.mean()) < 4 * se, (j, a.mean(), b.mean(), se)
+        assert met.rhat[f"kernel_theta_{j}"] < 1.1
+
+
+def test_hyper_sampler_validation():
+    X, y = np.zeros((3, 1)), np.zeros(3)
+    with pytest.raises(ValueError, match="hyper_sampler"):
+        gibbs_student_t_gp(RBF(), X, y, hyper_sampler="hmc")
+    with pytest.raises(ValueError, match="hyper_steps"):
+        gibbs_student_t_gp(RBF(), X, y, hyper_sampler="metropolis", hyper_steps=0)

@@ -146,7 +146,12 @@ def test_benchmark_jobs_match_serial():
     r = res["datasets"]["friedman"]
     assert len(r["MCMC"]["lpd"]) == 15 and len(r["MCMC"]["rhat_max"]) == 1
     assert len(r["MCMC"]["ess_param"]) == 1 and r["MCMC"]["ess_param"][0]
-    assert res["mcmc"] == {"samples": 10, "chains": 2, "hyper_every": 1}
+    assert res["mcmc"] == {
+        "samples": 10,
+        "chains": 2,
+        "hyper_every": 1,
+        "hyper_sampler": "slice",
+    }
 
 
 def test_fixed_jobs_match_serial():

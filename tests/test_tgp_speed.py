@@ -139,3 +139,20 @@ def test_estimator_passes_hyper_every():
     assert est._mcmc.n_iter == 9
     with pytest.raises(ValueError):
         StudentTGPRegressor(method="mcmc", mcmc_hyper_every=0).fit(X, y)
+
+
+def test_metropolis_hyperparameter_updates_reach_the_unit_results():
+    from robustep.estimators.student_t_regressor import StudentTGPRegressor
+    from robustep.experiments import tgp_benchmark as tb
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(size=(20, 2))
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.standard_normal(20)
+    cfg = {"n_restarts": 0, "mcmc_samples": 40, "mcmc_hyper_sampler": "metropolis"}
+    d = tb._fit_predict("MCMC", X, y, X[:5], y[:5], cfg, 0)[4]
+    assert d["hyper_sampler"] == "metropolis" and 0.0 <= d["hyper_acceptance"] <= 1.0
+    est = StudentTGPRegressor(method="mcmc", n_samples=10, random_state=0).fit(X, y)
+    assert est.mcmc_diagnostics_["hyper_acceptance"] is None  # slice sampling by default
+    with pytest.raises(ValueError, match="mcmc_hyper_sampler"):
+        StudentTGPRegressor(method="mcmc", mcmc_hyper_sampler="hmc").fit(X, y)
+    assert tb.EXPERIMENT.full["mcmc_hyper_sampler"] == "metropolis"

@@ -201,9 +201,7 @@ def process_tep(
     base = 1.0 - damping  # step length of the next sweep
     last_resid = np.inf
     for it in range(1, max_iter + 1):  # noqa: B007 (it is the iteration count afterwards)
-        tau_new, nu_new, good = _site_update(
-            post.d, post.mu, post.logdet_b, tau, nu, y, df, eps, n
-        )
+        tau_new, nu_new, good = _site_update(post.d, post.mu, post.logdet_b, tau, nu, y, df, eps, n)
         n_skipped += int((~good).sum())
         tau_new = np.where(good, tau_new, tau)
         nu_new = np.where(good, nu_new, nu)
