@@ -25,8 +25,15 @@ from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 from robustep.likelihoods import Probit, StudentT
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior import DensePrior
-from robustep.posterior._kernels import inducing_input_gradient, supports_input_gradient
-from robustep.posterior.sparse import FITCPrior, FITCSitePosterior
+from robustep.posterior._kernels import (
+    _contract_second_argument,
+    cross_covariance,
+    inducing_input_gradient,
+    rows_gradient,
+    supports_fast_rows,
+    supports_input_gradient,
+)
+from robustep.posterior.sparse import FITCPrior, FITCSitePosterior, Scratch
 
 
 # --------------------------------------------------------------------------- data
@@ -263,6 +270,10 @@ def test_fewer_inducing_points_equals_dense_ep_on_fitc_covariance(lik_name):
 
 
 # ------------------------------------------------------------- gradients (S14, S15)
+class _SubclassedRBF(RBF):
+    """An RBF that the fast row path does not take (exact types only): the general path."""
+
+
 def _run(kernel, X, Z, y, lik):
     prior = FITCPrior.from_kernel(kernel, X, Z, jitter=1e-8)
     return _ep(prior, y, lik, tol=1e-11, max_iter=5000)
@@ -275,8 +286,15 @@ def _run(kernel, X, Z, y, lik):
         ("student-t", ConstantKernel(1.3) * Matern(0.9, nu=1.5) + WhiteKernel(0.01)),
         ("probit", ConstantKernel(1.0) * RationalQuadratic(1.0, 1.5)),
         ("probit", ConstantKernel(1.0) * Matern([1.0, 0.8], nu=2.5)),
+        ("probit", ConstantKernel(1.3) * _SubclassedRBF([0.9, 1.4])),
     ],
-    ids=["ard-rbf-probit", "matern32-white-student-t", "rq-probit", "matern52-probit"],
+    ids=[
+        "ard-rbf-probit",
+        "matern32-white-student-t",
+        "rq-probit",
+        "matern52-probit",
+        "general-path-probit",
+    ],
 )
 def test_gradients_match_finite_differences(case):
     lik_name, kernel = case
@@ -316,6 +334,59 @@ def test_gradients_match_finite_differences(case):
         np.testing.assert_allclose(g_lik, fd_lik, rtol=1e-5, atol=1e-6)
 
 
+_FAST_KERNELS = [
+    RBF(1.3),
+    ConstantKernel(1.7) * RBF([0.7, 1.9, 1.1]),
+    Matern(0.8, nu=0.5),
+    ConstantKernel(0.6) * Matern([0.9, 1.4, 0.6], nu=1.5),
+    Matern(1.1, nu=2.5) + WhiteKernel(0.2),
+    Matern([1.0, 0.5, 2.0], nu=np.inf),
+    RationalQuadratic(1.2, 0.6),
+    RationalQuadratic(0.9, 2.0, alpha_bounds="fixed") * ConstantKernel(2.0),
+    RBF(1.5) * Matern(2.0, nu=1.5) + ConstantKernel(0.3),
+    ConstantKernel(2.0, constant_value_bounds="fixed") * RBF([1.0, 2.0, 3.0]),
+    ConstantKernel(1.0) * RBF(1.0, length_scale_bounds="fixed") + WhiteKernel(0.1, "fixed"),
+]
+
+
+@pytest.mark.parametrize("kernel", _FAST_KERNELS, ids=[str(k) for k in _FAST_KERNELS])
+def test_fast_row_contractions_match_scikit_learn(kernel):
+    """The one-distance-computation contractions (eqs. S14, S15) against scikit-learn's
+    eval_gradient on the stacked inputs and the general inducing-input derivative."""
+    rng = np.random.default_rng(3)
+    k, m, d = 23, 9, 3
+    X, Z = rng.normal(size=(k, d)), rng.normal(size=(m, d))
+    Z[0] = X[0]  # a zero distance (Matern 1/2: H = 0 there, as in scikit-learn)
+    W, w = rng.normal(size=(k, m)), rng.normal(size=k)
+    assert supports_fast_rows(kernel)
+    _, G = kernel(np.vstack([X, Z]), eval_gradient=True)
+    ref_theta = np.einsum("ij,ijp->p", W, G[:k, k:]) + np.einsum("i,iip->p", w, G[:k, :k])
+    ref_Z = _contract_second_argument(kernel, X, Z, W)
+    scratch = Scratch()
+    for _ in range(2):  # the second call reuses the scratch buffers
+        g_theta, g_Z = rows_gradient(kernel, X, Z, W, w, scratch=scratch)
+        np.testing.assert_allclose(g_theta, ref_theta, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(g_Z, ref_Z, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(cross_covariance(kernel, X, Z), kernel(X, Z), rtol=1e-13)
+    assert rows_gradient(kernel, X, Z, W, w, wrt_Z=False)[1] is None
+    no_diag = rows_gradient(kernel, X, Z, W, None, wrt_Z=False)[0]
+    ref_no_diag = np.einsum("ij,ijp->p", W, G[:k, k:])
+    np.testing.assert_allclose(no_diag, ref_no_diag, rtol=1e-11, atol=1e-12)
+
+
+def test_fast_path_only_for_exact_kernel_types():
+    from sklearn.gaussian_process.kernels import DotProduct, Exponentiation
+
+    assert not supports_fast_rows(_SubclassedRBF(1.0))
+    assert not supports_fast_rows(ConstantKernel(1.0) * _SubclassedRBF(1.0))
+    assert not supports_fast_rows(Matern(1.0, nu=1.0))
+    assert not supports_fast_rows(Exponentiation(RBF(1.0), 2.0))
+    assert not supports_fast_rows(DotProduct(1.0) + RBF(1.0))
+    X, Z, _ = _inputs(n=10, m=3)
+    kernel = DotProduct(1.0) + RBF(1.0)
+    np.testing.assert_array_equal(cross_covariance(kernel, X, Z), kernel(X, Z))
+
+
 def test_unsupported_kernel_for_inducing_gradient():
     from sklearn.gaussian_process.kernels import DotProduct
 
@@ -337,13 +408,21 @@ def test_chunked_passes_match_one_block(monkeypatch):
     tau, nu = _mixed_sites(50, rng)
     prior = FITCPrior.from_kernel(KERNEL, X, Z, jitter=1e-8)
     full = prior.posterior(tau, nu)
+    M_diag, s, _ = full.gradient_sums()
+    args = (KERNEL, X, Z, full.alpha, full._beta, M_diag, s, full._A_inverse(), True)
+    g_full = prior.gradient_rows(*args)
     monkeypatch.setattr(sparse, "_CHUNK_ENTRIES", 7 * 6)  # 7 rows per chunk
+    monkeypatch.setattr(sparse, "_FAST_CHUNK_ENTRIES", 7 * 6)
     prior_c = FITCPrior.from_kernel(KERNEL, X, Z, jitter=1e-8)
     chunked = FITCSitePosterior(prior_c, tau, nu)
     np.testing.assert_allclose(prior_c.V, prior.V, atol=1e-14)
     np.testing.assert_allclose(chunked.mean, full.mean, atol=1e-12)
     np.testing.assert_allclose(chunked.var, full.var, atol=1e-12)
     np.testing.assert_allclose(chunked.log_det, full.log_det, atol=1e-12)
+    # the gradient's row pass (a scratch reused across chunks, the last one shorter)
+    g_chunked = prior_c.gradient_rows(*args)
+    np.testing.assert_allclose(g_chunked[0], g_full[0], rtol=1e-12)
+    np.testing.assert_allclose(g_chunked[1], g_full[1], rtol=1e-12, atol=1e-14)
 
 
 # ------------------------------------------------------------------------ estimators

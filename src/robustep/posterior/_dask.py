@@ -18,9 +18,16 @@ in-memory prior to rounding (tests/test_sparse_dask.py: 1e-8).
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
-from robustep.posterior.sparse import FITCPrior, _factor_kmm, gram_block, quad_block, row_chunks
+from robustep.linalg import triangular_inverse
+from robustep.posterior.sparse import (
+    FITCPrior,
+    _factor_kmm,
+    gradient_rows_sum,
+    gram_block,
+    quad_block,
+    whitened_cross_covariance,
+)
 
 
 def is_dask_array(x) -> bool:
@@ -35,12 +42,8 @@ def is_dask_array(x) -> bool:
 
 
 # ----------------------------------------------------------------------- chunk tasks
-def _block_V(Xc, kernel, Z, L_mm):
-    out = np.empty((Xc.shape[0], Z.shape[0]))
-    for rows in row_chunks(Xc.shape[0], Z.shape[0]):
-        K_cm = np.asarray(kernel(Xc[rows], Z), dtype=float)
-        out[rows] = scipy.linalg.solve_triangular(L_mm, K_cm.T, lower=True, check_finite=False).T
-    return out
+def _block_V(Xc, kernel, Z, L_inv):
+    return whitened_cross_covariance(kernel, Xc, Z, L_inv)
 
 
 def _block_lambda(Xc, Vc, kernel):
@@ -64,10 +67,8 @@ def _block_quad(Vc, L_inv):
     return quad_block(Vc, L_inv)
 
 
-def _block_gradient(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_mm, kernel, Z, wrt_Z):
-    from robustep.posterior._kernels import gradient_block
-
-    return gradient_block(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_mm, kernel, Z, wrt_Z)
+def _block_gradient(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z):
+    return gradient_rows_sum(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z)
 
 
 def _add(a, b):
@@ -112,9 +113,10 @@ class DaskFITCPrior(FITCPrior):
             )
         K_mm = np.asarray(kernel(Z), dtype=float)
         L_mm, jitter = _factor_kmm(K_mm, jitter)
+        L_inv = triangular_inverse(L_mm)
         m = Z.shape[0]
         rows = X.chunks[0]
-        V = X.map_blocks(_block_V, kernel, Z, L_mm, chunks=(rows, (m,)), dtype=float)
+        V = X.map_blocks(_block_V, kernel, Z, L_inv, chunks=(rows, (m,)), dtype=float)
         V = V.persist()
         lam_kd = dask.array.map_blocks(
             _block_lambda, X, V, kernel, chunks=(rows, (2,)), dtype=float
@@ -122,6 +124,7 @@ class DaskFITCPrior(FITCPrior):
         self.X = X
         self.V = V
         self.L_mm = L_mm
+        self._L_inv = L_inv
         self.jitter = float(jitter)
         self.K_nn_diag = lam_kd[:, 0]
         lam = lam_kd[:, 1]
@@ -181,7 +184,8 @@ class DaskFITCPrior(FITCPrior):
         """Sum over chunks of :func:`robustep.posterior._kernels.gradient_block`."""
         from dask import delayed
 
-        shared = [delayed(a) for a in (s, Ainv, self.L_mm)] + [kernel, delayed(Z), wrt_Z]
+        shared = [delayed(a) for a in (s, Ainv, self.L_mm_inverse())]
+        shared += [kernel, delayed(Z), wrt_Z]
         parts = [
             delayed(_block_gradient, pure=True)(
                 xb, vb, alpha[sl], beta[sl], M_diag[sl], *shared
