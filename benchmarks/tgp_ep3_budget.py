@@ -1,0 +1,60 @@
+"""EP3's search with another sweep budget per evaluation (issue 12 §2).
+
+Usage: ROBUSTEP_DATA=/work/shared/datasets python benchmarks/tgp_ep3_budget.py 30 60
+
+Runs tgp-benchmark's EP3 unit on Boston fold 0 exactly as the full configuration does
+(``tgp_benchmark._fit_predict``, one BLAS thread, CPU process time) once per value of
+``StudentTGPRegressor``'s search budget ``_SEARCH_MAX_ITER`` (EP sweeps per optimiser
+evaluation; 30 is the library's), and prints the CPU time, the test MLPD, how many EP
+runs converged or failed and their median sweeps.  A run that fails is an optimiser
+evaluation that is thrown away; the question is whether a larger budget (fewer failures)
+or a smaller one (cheaper failures) shortens the unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import numpy as np
+
+
+def main(argv=None):
+    import robustep.estimators.student_t_regressor as regressor
+    from robustep.experiments import tgp_benchmark as tb
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("budgets", nargs="+", type=int)
+    args = parser.parse_args(argv)
+    full = dict(tb.EXPERIMENT.full)
+    Xtr, ytr, Xte, yte, _ = tb._splits("boston", full, 0)[0]
+    seed = tb.unit_seed(0, tb._dataset_key("boston"), 0)
+    original_budget = regressor._SEARCH_MAX_ITER
+    original_infer = regressor.StudentTGPRegressor._infer
+    sweeps = collections.defaultdict(list)
+
+    def counted_infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+        res = original_infer(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
+        sweeps["converged" if res.converged else "failed"].append(int(res.n_iter))
+        return res
+
+    print("| search budget (sweeps) | CPU s | MLPD | EP runs converged / failed "
+          "| median sweeps converged / failed |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    regressor.StudentTGPRegressor._infer = counted_infer
+    try:
+        for budget in args.budgets:
+            regressor._SEARCH_MAX_ITER = budget
+            sweeps.clear()
+            _, lpd, cpu, *_ = tb._fit_predict("EP3", Xtr, ytr, Xte, yte, full, seed)
+            ok, bad = sweeps["converged"], sweeps["failed"]
+            print(f"| {budget} | {cpu:.1f} | {np.mean(lpd):.4f} | {len(ok)} / {len(bad)} | "
+                  f"{np.median(ok) if ok else 0:.0f} / {np.median(bad) if bad else 0:.0f} |",
+                  flush=True)  # fmt: skip
+    finally:
+        regressor._SEARCH_MAX_ITER = original_budget
+        regressor.StudentTGPRegressor._infer = original_infer
+
+
+if __name__ == "__main__":
+    main()
