@@ -28,7 +28,10 @@ from robustep.estimators import GPClassifier
 
 
 def probit_data(n, d, rng):
-    """The synthetic probit problem of benchmarks/sparse.py: X (n, d), y (n,) in {-1, 1}."""
+    """The synthetic probit problem of benchmarks/sparse.py: X (n, d), y (n,) in {-1, 1}.
+
+    Repeated rather than imported: a module named ``sparse`` would shadow the pydata
+    package that dask imports (benchmarks/sparse.py drops its folder from sys.path)."""
     X = rng.uniform(-3, 3, size=(n, d))
     f = np.sin(1.5 * X[:, 0]) * np.cos(X[:, 1]) + 0.5 * np.sum(np.sin(X[:, 2:]), axis=1)
     return X, np.where(f + 0.3 * rng.normal(size=n) > 0, 1, -1)

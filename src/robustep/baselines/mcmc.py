@@ -454,6 +454,10 @@ def gibbs_student_t_gp(
     kmat = _KernelMatrix(kernel, X)
     buf = np.empty((n, n))  # work matrix of the hyperparameter updates
     total = burn_in + n_samples * thin
+    metropolis = hyper_sampler == "metropolis"
+    p = kernel.theta.size
+    steps = p if hyper_steps is None else int(hyper_steps)
+    target_acc = 0.44 if p == 1 else 0.234  # Roberts, Gelman & Gilks (1997)
     kept_acc = [0, 0]  # accepted / proposed Metropolis steps after the burn-in
     for c in range(n_chains):
         theta = kernel.theta.copy()
@@ -464,12 +468,8 @@ def gibbs_student_t_gp(
         L_K = _chol(K)
         widths = np.full(theta.size, 1.0 if adapt else float(slice_width))
         history, adapted = [], not adapt  # burn-in draws for the adapted widths
-        metropolis = hyper_sampler == "metropolis"
         prop_chol = None  # random-walk proposal factor, set at half the burn-in
         log_step, n_adapt = 0.0, 0  # Robbins-Monro scale of the proposal (burn-in only)
-        p = theta.size
-        steps = p if hyper_steps is None else int(hyper_steps)
-        target_acc = 0.44 if p == 1 else 0.234
         for it in range(total):
             V = alpha2 * U
             # 1. f | V  (Matheron's rule: exact draw from N(K(K+V)^-1 y, K - K(K+V)^-1 K))

@@ -126,8 +126,7 @@ def _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples=None):
     if name == "MCMC":
         kw.update(
             n_samples=int(n_samples or config["mcmc_samples"]),
-            mcmc_hyper_every=int(config.get("mcmc_hyper_every", 1)),
-            mcmc_hyper_sampler=str(config.get("mcmc_hyper_sampler", "slice")),
+            **{f"mcmc_{k}": v for k, v in _mcmc_hyper(config).items()},
         )
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -158,8 +157,7 @@ def _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples=None):
             "rhat": {k: float(v) for k, v in diag["rhat"].items()},
             "ess": {k: float(v) for k, v in diag["ess"].items()},
             "sweeps": int(m.n_iter),
-            "hyper_every": int(config.get("mcmc_hyper_every", 1)),
-            "hyper_sampler": str(config.get("mcmc_hyper_sampler", "slice")),
+            **_mcmc_hyper(config),
             "hyper_acceptance": diag.get("hyper_acceptance"),
         }
     return mean, lpd, cpu, bool(est.converged_), draws, (float(est.scale_), float(est.df_))
@@ -169,6 +167,15 @@ def _unit(item, config):
     """One independent unit: method ``item[0]`` (MCMC: one chain) on one split."""
     name, seed, n_samples, (Xtr, ytr, Xte, yte) = item
     return _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples)
+
+
+def _mcmc_hyper(config):
+    """How MCMC updates the kernel hyperparameters: {"hyper_every", "hyper_sampler"}
+    from the configuration (defaults: every sweep, slice sampling)."""
+    return {
+        "hyper_every": int(config.get("mcmc_hyper_every", 1)),
+        "hyper_sampler": str(config.get("mcmc_hyper_sampler", "slice")),
+    }
 
 
 def _mcmc_chains(config):
@@ -247,8 +254,7 @@ def run(config: dict, seed: int) -> dict:
         "mcmc": {
             "samples": n_chains * per_chain,
             "chains": n_chains,
-            "hyper_every": int(config.get("mcmc_hyper_every", 1)),
-            "hyper_sampler": str(config.get("mcmc_hyper_sampler", "slice")),
+            **_mcmc_hyper(config),
         },
         "splits": {ds: sum(1 for k in targets if k[0] == ds) for ds in config["datasets"]},
     }

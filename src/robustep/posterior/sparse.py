@@ -522,8 +522,8 @@ class Scratch:
     """Reusable float64 work arrays, one per name, for loops over row chunks.
 
     Fresh (chunk, m) temporaries in every chunk cost page faults: glibc hands freed
-    blocks of a few MB back to the kernel, and first-touching memory costs about 2 ms
-    per MB on the machines measured (docs/derivations/sparse.md §6).  ``get(name, shape)``
+    blocks of a few MB back to the kernel, and the next block page-faults its memory in
+    again on first touch (docs/derivations/sparse.md §6).  ``get(name, shape)``
     returns a C-ordered view of a buffer kept between calls (its contents are
     overwritten by the next call with the same name).
     """

@@ -63,8 +63,8 @@ class ProcessPosterior:
     """Gaussian-form posterior of t-EP: Sigma_G = (K^-1 + diag(tau))^-1, mu = Sigma_G nu.
 
     Attributes: ``d`` (n,) = diag(Sigma_G), ``mu`` (n,), ``logdet_b`` = log|I + K diag(tau)|
-    — all a parallel sweep and the evidence need — and ``sigma_g`` (n, n), formed on first
-    use only (the evidence gradient and the diagnostics).  The factorisation is the
+    — all a parallel sweep, the evidence and the LOO diagnostics need — and ``sigma_g``
+    (n, n), formed on first use only (the evidence gradient).  The factorisation is the
     engine's :class:`robustep.posterior.dense.DenseSitePosterior` (block form for negative
     tau, Jylänki et al. 2011 §4): one Cholesky and one triangular inverse per posterior,
     about a third of the flops of forming Sigma_G (docs/derivations/tep.md §10).
@@ -104,7 +104,7 @@ def process_posterior(K, tau, nu):
             site = DenseSitePosterior(K, tau, nu)
     except (InvalidSiteConfiguration, np.linalg.LinAlgError, ValueError):
         return None
-    if not (np.all(np.isfinite(site.var)) and np.all(site.var > 0)):
+    if not np.all(np.isfinite(site.var)):  # positivity is checked by the factorisation
         return None
     return ProcessPosterior(site)
 
