@@ -356,3 +356,39 @@ def test_identity_plus_scaled_lower_triangle(n):
     L, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=1)
     assert info == 0
     np.testing.assert_allclose(L @ L.T, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("n", [1, 5, 64, 160, 161, 200, 455])
+def test_triangular_and_cholesky_inverse_match_lapack_and_read_the_lower_triangle(n):
+    """The BLAS-3 recursion (n > 160) and the direct dtrtri path (n <= 160) give L^-1 and
+    B^-1 = L^-T L^-1 of an independent dense inverse, from the lower triangle alone."""
+    from scipy.linalg import lapack
+
+    from robustep.linalg import cholesky_inverse, triangular_inverse
+
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, n))
+    B = A @ A.T + n * np.eye(n)
+    L = np.tril(lapack.dpotrf(B, lower=1)[0])
+    L_dirty = L + np.triu(rng.normal(size=(n, n)), 1)  # garbage above the diagonal
+    L0 = L_dirty.copy()
+    X = triangular_inverse(L_dirty)
+    np.testing.assert_array_equal(L_dirty, L0)  # not modified
+    ref = np.linalg.inv(L)
+    np.testing.assert_allclose(np.tril(X), ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+    if n > 160:  # the recursion returns an exactly lower-triangular inverse
+        assert not np.triu(X, 1).any()
+    Binv = cholesky_inverse(L_dirty)
+    ref_B = np.linalg.inv(B)
+    np.testing.assert_allclose(Binv, ref_B, rtol=0, atol=1e-12 * np.abs(ref_B).max())
+    np.testing.assert_array_equal(Binv, Binv.T)
+
+
+@pytest.mark.parametrize("n", [3, 300])
+def test_triangular_inverse_of_a_singular_factor_is_a_clear_error(n):
+    from robustep.linalg import triangular_inverse
+
+    L = np.tril(np.ones((n, n)))
+    L[n // 2, n // 2] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular triangular factor"):
+        triangular_inverse(L)

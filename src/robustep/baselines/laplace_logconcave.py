@@ -38,7 +38,7 @@ from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines.laplace import LaplaceModeMixin, check_prior_and_targets
-from robustep.linalg import blas_matmul, identity_plus_scaled
+from robustep.linalg import blas_matmul, cholesky_inverse, identity_plus_scaled
 
 __all__ = ["LogConcaveLaplaceResult", "laplace_logconcave", "laplace_logconcave_gradient"]
 
@@ -172,11 +172,7 @@ def _newton(K, y, likelihood, a, f, max_iter, tol):
             ConvergenceWarning,
             stacklevel=3,
         )
-    # B^-1 from the Cholesky factor (LAPACK dpotri: two n^3/3 triangular passes)
-    Binv, info = lapack.dpotri(L, lower=1)
-    if info != 0:
-        raise linalg.LinAlgError("could not invert I + W^1/2 K W^1/2")
-    Binv = np.tril(Binv) + np.tril(Binv, -1).T
+    Binv = cholesky_inverse(L)  # B^-1 from the Cholesky factor (two n^3/3 passes)
     R = sW[:, None] * Binv * sW[None, :]
     kdiag = np.diag(K).copy()
     with np.errstate(divide="ignore", invalid="ignore"):

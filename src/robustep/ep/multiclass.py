@@ -43,7 +43,7 @@ from robustep.likelihoods.multinomial_probit import (
     inner_ep,
     site_natural_parameters,
 )
-from robustep.linalg import blas_matmul, identity_plus_scaled
+from robustep.linalg import blas_matmul, cholesky_inverse, identity_plus_scaled
 
 __all__ = ["MulticlassEPResult", "nested_ep", "multiclass_posterior"]
 
@@ -108,10 +108,7 @@ def multiclass_posterior(Ks, pi, shift, *, chunk=512):
         # lower triangle, Fortran order: factorised in place (linalg.identity_plus_scaled)
         L = _chol(identity_plus_scaled(Ks[j], d[:, j]), overwrite=True)
         log_det += 2.0 * np.sum(np.log(np.diag(L)))
-        Binv, info = lapack.dpotri(L, lower=1)
-        if info != 0:
-            raise np.linalg.LinAlgError("could not invert I + D^1/2 K D^1/2")
-        Binv = np.tril(Binv) + np.tril(Binv, -1).T
+        Binv = cholesky_inverse(L)
         E[j] = d[:, j, None] * Binv * d[None, :, j]
     C = E.sum(axis=0)
     L_C = _chol(C)

@@ -52,7 +52,7 @@ from robustep.ep.multiclass import (
 )
 from robustep.likelihoods.multinomial_probit import _check_labels, inner_ep
 from robustep.likelihoods.noisy_multinomial_probit import NoisyMultinomialProbit
-from robustep.linalg import InvalidSiteConfiguration
+from robustep.linalg import InvalidSiteConfiguration, cholesky_inverse
 
 __all__ = ["GeneralMulticlassPosterior", "RobustMulticlassEPResult", "general_posterior",
            "robust_nested_ep"]  # fmt: skip
@@ -158,10 +158,7 @@ def general_posterior(Ks, precision, shift):
     B[np.diag_indices(cn)] += 1.0
     L = _chol(B, "I + W+^1/2 K W+^1/2 is not positive definite: check the prior covariance K")
     log_det = 2.0 * np.sum(np.log(np.diag(L)))
-    Binv, info = lapack.dpotri(L, lower=1)
-    if info != 0:  # pragma: no cover - L is a valid Cholesky factor
-        raise InvalidSiteConfiguration("could not invert I + W+^1/2 K W+^1/2")
-    Binv = (np.tril(Binv) + np.tril(Binv, -1).T).reshape(c, n, c, n)
+    Binv = cholesky_inverse(L).reshape(c, n, c, n)
     # R_+ = W_+^{1/2} B^{-1} W_+^{1/2}, two block-sparse products
     # per point a: s[a] @ Binv[:, a, :, :], then per point b: (...)[:, :, :, b] @ s[b]
     R4 = np.matmul(s, Binv.transpose(1, 0, 2, 3).reshape(n, c, cn)).reshape(n, c, c, n)

@@ -22,7 +22,6 @@ import warnings
 
 import numpy as np
 from scipy import linalg, optimize, special
-from scipy.linalg import lapack
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
@@ -35,6 +34,7 @@ from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._auto import warn_if_not_converged
+from robustep.linalg import cholesky_inverse
 from robustep.posterior import DensePrior
 
 __all__ = ["GPClassifier"]
@@ -68,18 +68,15 @@ def _ep_kernel_gradient(post, K_gradient):
 
     d log Z / d theta_k = 1/2 alpha^T K_k alpha - 1/2 tr(R K_k) (Seeger 2005; as
     :func:`robustep.ep.log_Z_gradient`) with R = (K + T^-1)^-1 = S B^-1 S, B = L L^T the
-    factor the posterior already holds: B^-1 by LAPACK dpotri (two n^3/3 passes) instead
-    of two triangular solves with n right-hand sides (2 n^3), and both traces as one
-    matrix-vector product with the (n^2, p) reshaped K_gradient.
+    factor the posterior already holds: B^-1 by ``linalg.cholesky_inverse`` (two n^3/3
+    passes) instead of two triangular solves with n right-hand sides (2 n^3), and both
+    traces as one matrix-vector product with the (n^2, p) reshaped K_gradient.
     """
     K_gradient = np.asarray(K_gradient, dtype=float)
     n = post.mean.shape[0]
     p = K_gradient.shape[2]
     s = post._s
-    Binv, info = lapack.dpotri(post._L1, lower=1)
-    if info != 0:
-        raise linalg.LinAlgError("could not invert I + S K S")
-    Binv = np.tril(Binv) + np.tril(Binv, -1).T
+    Binv = cholesky_inverse(post._L1)
     M = 0.5 * np.outer(post.alpha, post.alpha) - 0.5 * (s[:, None] * Binv * s[None, :])
     return M.reshape(-1) @ K_gradient.reshape(n * n, p)
 

@@ -37,6 +37,7 @@ from scipy.linalg import lapack
 from robustep.linalg import (
     InvalidSiteConfiguration,
     blas_matmul,
+    cholesky_inverse,
     identity_plus_scaled,
     triangular_inverse,
 )
@@ -235,7 +236,7 @@ class DenseSitePosterior(SitePosterior):
             return dP
         L2inv = triangular_inverse(self._L2)
         # top-left block of A^-1: B1^-1 - B1^-1 C (L2 L2^T)^-1 C^T B1^-1
-        H = blas_matmul(L1inv.T, blas_matmul(L1inv, self._C))  # B1^-1 C
+        H = blas_matmul(L1inv.T, self._G)  # B1^-1 C = L1^-T (L1^-1 C)
         HL = scipy.linalg.solve_triangular(self._L2, H.T, lower=True, check_finite=False)
         d[P] = dP - np.einsum("ij,ij->j", HL, HL)
         d[N] = -np.einsum("ij,ij->j", L2inv, L2inv)
@@ -274,21 +275,13 @@ class DenseSitePosterior(SitePosterior):
     def A_inverse(self):
         """A^-1 for A = D + S K S, shape (n, n), from the block factorisation.
 
-        B1^-1 = L1^-T L1^-1 by LAPACK dpotri (2n^3/3 flops, a third of the 2n^3 of
-        solving against the identity).  With negative sites the Schur complement
+        B1^-1 = L1^-T L1^-1 by ``linalg.cholesky_inverse`` (2n^3/3 flops, a third of the
+        2n^3 of solving against the identity).  With negative sites the Schur complement
         of the P block is -L2 L2^T, so with H = B1^-1 C and Hl = L2^-1 H^T:
         [A^-1]_PP = B1^-1 - Hl^T Hl, [A^-1]_PN = Hl^T L2^-1, [A^-1]_NN = -L2^-T L2^-1.
         """
         P, N = self._P, self._N
-        B1inv = np.zeros((P.size, P.size))
-        if P.size:
-            # dpotri fills the lower triangle of B1^-1; the upper one is left as in L1
-            low, info = lapack.dpotri(self._L1, lower=1)
-            if info != 0:
-                raise np.linalg.LinAlgError("I + W K W is singular")
-            low = np.tril(low)
-            B1inv = low + low.T
-            B1inv[np.diag_indices_from(B1inv)] *= 0.5
+        B1inv = cholesky_inverse(self._L1)
         if self._all_positive:
             return B1inv
         L2inv = triangular_inverse(self._L2)
