@@ -40,6 +40,33 @@ def lapack_cholesky_inverse(L):
     return low + np.tril(low, -1).T
 
 
+def row(n, rng):
+    """One table row at order n."""
+    A = rng.normal(size=(n, n))
+    B = np.asfortranarray(A @ A.T + n * np.eye(n))
+    L = lapack.dpotrf(B, lower=1, clean=True)[0]
+    reps = max(1, int(2e8 / n**3))
+    work = np.empty_like(B)
+
+    def chol():
+        work[...] = B
+        lapack.dpotrf(work, lower=1, overwrite_a=1)
+
+    t_chol = best_ms(chol, reps)
+    t_trtri = best_ms(lambda: lapack.dtrtri(L, lower=1), reps)
+    t_ours = best_ms(lambda: triangular_inverse(L), reps)
+    t_potri = best_ms(lambda: lapack_cholesky_inverse(L), reps)
+    t_chinv = best_ms(lambda: cholesky_inverse(L), reps)
+    ref_t = lapack.dtrtri(L, lower=1)[0]
+    ref_c = lapack_cholesky_inverse(L)
+    diff = max(
+        np.abs(triangular_inverse(L) - ref_t).max() / np.abs(ref_t).max(),
+        np.abs(cholesky_inverse(L) - ref_c).max() / np.abs(ref_c).max(),
+    )
+    return (f"| {n} | {t_chol:.3f} | {t_trtri:.3f} | {t_ours:.3f} | {t_trtri / t_ours:.2f} | "
+            f"{t_potri:.3f} | {t_chinv:.3f} | {t_potri / t_chinv:.2f} | {diff:.1e} |")  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 250, 455, 1000, 2000])
@@ -52,30 +79,7 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|---|")
     with threadpool_limits(args.threads):
         for n in args.sizes:
-            A = rng.normal(size=(n, n))
-            B = np.asfortranarray(A @ A.T + n * np.eye(n))
-            L = lapack.dpotrf(B, lower=1, clean=True)[0]
-            reps = max(1, int(2e8 / n**3))
-            work = np.empty_like(B)
-
-            def chol():
-                work[...] = B
-                lapack.dpotrf(work, lower=1, overwrite_a=1)
-
-            t_chol = best_ms(chol, reps)
-            t_trtri = best_ms(lambda: lapack.dtrtri(L, lower=1), reps)
-            t_ours = best_ms(lambda: triangular_inverse(L), reps)
-            t_potri = best_ms(lambda: lapack_cholesky_inverse(L), reps)
-            t_chinv = best_ms(lambda: cholesky_inverse(L), reps)
-            ref_t = lapack.dtrtri(L, lower=1)[0]
-            ref_c = lapack_cholesky_inverse(L)
-            diff = max(
-                np.abs(triangular_inverse(L) - ref_t).max() / np.abs(ref_t).max(),
-                np.abs(cholesky_inverse(L) - ref_c).max() / np.abs(ref_c).max(),
-            )
-            print(f"| {n} | {t_chol:.3f} | {t_trtri:.3f} | {t_ours:.3f} | "
-                  f"{t_trtri / t_ours:.2f} | {t_potri:.3f} | {t_chinv:.3f} | "
-                  f"{t_potri / t_chinv:.2f} | {diff:.1e} |", flush=True)  # fmt: skip
+            print(row(n, rng), flush=True)
 
 
 if __name__ == "__main__":

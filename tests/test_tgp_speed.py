@@ -73,6 +73,25 @@ def test_coordinate_into_is_bitwise_coordinate():
             )
 
 
+@pytest.mark.parametrize("ard", [True, False])
+def test_kernel_into_is_bitwise_call_symmetric_with_an_exact_diagonal(ard):
+    """The full evaluation (cdist of the scaled inputs) written into a buffer equals the
+    allocating call bit for bit, is exactly symmetric and has K_ii = c exactly."""
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((11, 3))
+    kernel = ConstantKernel(2.0) * RBF(np.ones(3) if ard else 1.0)
+    km = mcmc._KernelMatrix(kernel, X)
+    assert km.D is not None
+    out = np.full((11, 11), np.nan)
+    for _ in range(3):
+        th = kernel.theta + rng.normal(0, 0.5, kernel.theta.size)
+        K = km(th)
+        np.testing.assert_array_equal(km.into(th, out), K)
+        np.testing.assert_array_equal(K, K.T)
+        np.testing.assert_array_equal(np.diag(K), np.exp(th[0]))
+        np.testing.assert_allclose(K, kernel.clone_with_theta(th)(X), rtol=1e-13)
+
+
 def test_slice_sampler_known_lp0_gives_the_same_draws():
     def logp(t):
         return -0.5 * (t - 1.0) ** 2 / 0.3

@@ -37,6 +37,7 @@ import dataclasses
 import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
+from scipy.spatial.distance import cdist
 from scipy.special import gammaln
 from sklearn.utils import check_random_state
 
@@ -170,9 +171,11 @@ class _KernelMatrix:
     """K(theta) on the training inputs, for the slice sampler's many kernel evaluations.
 
     For ``ConstantKernel * RBF`` (isotropic or ARD, both free) the matrix is
-    c exp(-1/2 sum_d D_d / l_d^2) with the per-dimension squared distances D_d
-    precomputed once: one (n^2, d) @ (d,) product per evaluation instead of scikit-learn's
-    clone/get_params machinery, which costs ~10x the Cholesky factorisation at n = 100.
+    c exp(-1/2 sum_d D_d / l_d^2) with the per-dimension squared distances D_d: a full
+    evaluation is one ``cdist`` of the scaled inputs, a change of one length-scale (the
+    slice sampler's coordinate moves) one pass over the stored D_d, instead of
+    scikit-learn's clone/get_params machinery, which costs ~10x the Cholesky
+    factorisation at n = 100.
     The fast path is used only if it reproduces ``kernel(X)`` at the initial theta to
     1e-12; any other kernel falls back to ``kernel.clone_with_theta(theta)(X)``.
     """
@@ -204,17 +207,36 @@ class _KernelMatrix:
         theta = np.asarray(theta, float)
         if self.D is None:
             return self.kernel.clone_with_theta(theta)(self.X)
-        return np.exp(theta[0] + self.state(theta)).reshape(self.n, self.n)
+        return self.into(theta, np.empty((self.n, self.n)))
 
-    def state(self, theta):
+    def into(self, theta, out):
+        """K(theta) written into ``out`` ((n, n), C order) and returned: the same matrix,
+        bit for bit, as :meth:`__call__`, without (n, n) temporaries."""
+        theta = np.asarray(theta, float)
+        if self.D is None:
+            out[...] = self(theta)
+            return out
+        flat = out.reshape(-1)
+        self.state(theta, out=flat)
+        flat += theta[0]
+        np.exp(flat, out=flat)
+        return out
+
+    def state(self, theta, out=None):
         """What :meth:`coordinate` needs: the exponent -sum_d D_d / (2 l_d^2) (n^2,) on the
-        fast path (kept in log space, so no entry underflows to 0 and stays stuck)."""
+        fast path (kept in log space, so no entry underflows to 0 and stays stuck).
+        ``out``: an (n^2,) array to write it into."""
         if self.D is None:
             return None
         w = 0.5 * np.exp(-2.0 * np.asarray(theta[1:], float))
-        E = -w[0] * self.D[0]
-        for d in range(1, w.size):  # elementwise, not BLAS: bitwise the same in every process
-            E -= w[d] * self.D[d]
+        E = np.empty(self.n * self.n) if out is None else out
+        # sum_d w_d (x_id - x_jd)^2 as the squared distance of the rows of X sqrt(w):
+        # SciPy's cdist forms each difference before squaring (no cancellation, exact
+        # zeros on the diagonal, no BLAS: the same bits in every process) in one pass,
+        # ~3x faster than summing the d stored planes D_d (n = 455, d = 13)
+        Z = self.X * np.sqrt(w)
+        cdist(Z, Z, "sqeuclidean", out=E.reshape(self.n, self.n))
+        np.negative(E, out=E)
         return E
 
     def coordinate(self, E, theta, j, t):
@@ -296,8 +318,10 @@ def _metropolis_update(kmat, theta, V, y, rng, chol, n_steps, bounds):
     proposals against log N(y | 0, K(theta) + diag(V)) on the kernel's bounds.
     Returns (theta (p,), number accepted)."""
 
+    buf = np.empty((kmat.n, kmat.n)) if kmat.D is not None else None
+
     def logp(t):
-        return _log_marginal_inplace(kmat(t), V, y)
+        return _log_marginal_inplace(kmat(t) if buf is None else kmat.into(t, buf), V, y)
 
     new, _, accepted = random_walk_metropolis(
         logp, theta, rng, chol=chol, n_steps=n_steps, lower=bounds[:, 0], upper=bounds[:, 1]
@@ -475,7 +499,9 @@ def gibbs_student_t_gp(
             # 1. f | V  (Matheron's rule: exact draw from N(K(K+V)^-1 y, K - K(K+V)^-1 K))
             f0 = L_K @ rng.standard_normal(n)
             e = np.sqrt(V) * rng.standard_normal(n)
-            Lc = _chol(K + np.diag(V))
+            KV = K.copy()
+            KV.flat[:: n + 1] += V  # K + diag(V) without an (n, n) diagonal matrix
+            Lc = _chol(KV)
             f = f0 + K @ linalg.cho_solve((Lc, True), y - f0 - e, check_finite=False)
             r2 = (y - f) ** 2
             if sample_hyperparameters:
