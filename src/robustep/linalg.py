@@ -90,8 +90,7 @@ def triangular_inverse(L):
     core), while ``dtrmm`` runs at ``dgemm`` speed, so the recursion is 1.5-3 times
     faster from n ~ 250 on (``python benchmarks/triangular_inverse.py``); factors of
     order <= 160 and the recursion's blocks of order <= 64 go to ``dtrtri``.  Only the
-    lower triangle of ``L`` is read (for n <= 160 the upper one is returned as it is in
-    ``L``, as ``dtrtri`` does).
+    lower triangle of ``L`` is read; the strict upper triangle of the result is zero.
     """
     L = np.asarray(L, dtype=float)
     n = L.shape[0]
@@ -101,7 +100,7 @@ def triangular_inverse(L):
         Linv, info = lapack.dtrtri(L, lower=1)
         if info != 0:
             raise np.linalg.LinAlgError("singular triangular factor")
-        return Linv
+        return np.tril(Linv)  # dtrtri leaves L's upper triangle in place
     if not np.all(np.isfinite(np.diagonal(L))) or not np.all(np.diagonal(L)):
         raise np.linalg.LinAlgError("singular triangular factor")
     out = np.zeros((n, n), order="F")
@@ -128,21 +127,24 @@ def _triangular_inverse_into(L, out):
 def cholesky_inverse(L):
     """B^-1 = L^-T L^-1 from the lower Cholesky factor L of B, full symmetric (n, n).
 
-    ``triangular_inverse`` and LAPACK ``dlauum`` (the lower triangle of X^T X for the
-    triangular X = L^-1): the two n^3/3 passes of LAPACK ``dpotri``, with the faster
-    triangular inverse (``python benchmarks/triangular_inverse.py``).  Only the lower
-    triangle of ``L`` is read.
+    ``triangular_inverse`` and :func:`lower_gram`: the two n^3/3 passes of LAPACK
+    ``dpotri``, with the faster triangular inverse (``python
+    benchmarks/triangular_inverse.py``).  Only the lower triangle of ``L`` is read.
     """
-    X = triangular_inverse(L)
+    return lower_gram(triangular_inverse(L))
+
+
+def lower_gram(X):
+    """X^T X for a lower-triangular X (n, n) whose strict upper triangle is zero (as
+    :func:`triangular_inverse` returns it), full symmetric (n, n), by LAPACK ``dlauum``
+    (n^3/3 flops; exactly symmetric)."""
     n = X.shape[0]
     if n == 0:
-        return X
-    if n <= _TRTRI_DIRECT:  # dtrtri leaves L's upper triangle in place
-        X = np.tril(X)
-    low, info = lapack.dlauum(X, lower=1, overwrite_c=1)
+        return np.zeros((0, 0))
+    low, info = lapack.dlauum(X, lower=1)  # lower triangle of X^T X; above it X's zeros
     if info != 0:  # pragma: no cover - X is a finite triangular matrix
         raise np.linalg.LinAlgError(f"dlauum failed (info={info})")
-    full = low + low.T  # the upper triangle of low is zero
+    full = low + low.T
     full.flat[:: n + 1] *= 0.5
     return full
 
