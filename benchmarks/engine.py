@@ -19,8 +19,9 @@ Cholesky time is measured before and after the fits and its median is the unit):
    * ``GPClassifier(method="laplace", optimizer=None).fit`` (Newton steps, one Cholesky
      each; "sweeps" are Newton steps);
 
-   and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri`` (the
-   triangular inverse used) and ``dpotri`` (the full inverse), each / one Cholesky.
+   and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri``,
+   ``robustep.linalg.triangular_inverse`` (its BLAS-3 recursion, used since 2026-11-24)
+   and ``dpotri`` (the full inverse), each / one Cholesky.
 2. **Small problems**: ``GPClassifier(optimizer=None).fit`` at n = 50 and
    ``predict_proba`` on 1000 points, median wall-clock and CPU time of ``--small-repeat``
    runs, one BLAS thread (the library's default for n <= 2000).
@@ -51,6 +52,7 @@ import robustep
 from robustep.ep import expectation_propagation
 from robustep.estimators import GPClassifier
 from robustep.likelihoods import Probit, StudentT
+from robustep.linalg import triangular_inverse
 from robustep.posterior import DensePrior
 
 KERNEL = ConstantKernel(2.0) * RBF(1.0)
@@ -129,6 +131,7 @@ def floor(n, threads, repeat, kind="probit"):
         chol = cholesky_time(K, repeat)
         L = lapack.dpotrf(B, lower=1, clean=1)[0]
         trtri = ratio_to_cholesky(lambda: lapack.dtrtri(L, lower=1), B, repeat)
+        ours = ratio_to_cholesky(lambda: triangular_inverse(L), B, repeat)
         potri = ratio_to_cholesky(lambda: lapack.dpotri(L, lower=1), B, repeat)
         runs = {
             "EP(K), checks K": lambda: expectation_propagation(K, y, lik, tol=1e-4),
@@ -164,7 +167,8 @@ def floor(n, threads, repeat, kind="probit"):
     print(f"one Cholesky of I + K: wall {c * 1e3:.1f} ms, CPU {cc * 1e3:.1f} ms")
     print("ratios: each run divided by the mean of the Choleskys just before and after it;")
     print("wall / wall and CPU / CPU (CPU time is less sensitive to the load)")
-    print(f"marginal variances per sweep: dtrtri {trtri[0]:.2f} / {trtri[1]:.2f}, dpotri "
+    print(f"marginal variances per sweep: dtrtri {trtri[0]:.2f} / {trtri[1]:.2f}, "
+          f"linalg.triangular_inverse (used) {ours[0]:.2f} / {ours[1]:.2f}, dpotri "
           f"{potri[0]:.2f} / {potri[1]:.2f} Cholesky-times (wall / CPU)")  # fmt: skip
     print(f"{'run':32s} {'wall/chol':>9s} {'CPU/chol':>8s} {'sweeps':>6s} {'mean sw':>7s} "
           f"{'chol/sweep':>10s} {'conv':>5s}")  # fmt: skip
