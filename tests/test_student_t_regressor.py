@@ -164,6 +164,90 @@ def test_ep3_optimises_every_grid_value():
         assert fixed.log_marginal_likelihood_value_ >= other.log_marginal_likelihood_value_
 
 
+def _record_infer(monkeypatch, fail_warm_search=False):
+    """Wrap StudentTGPRegressor._infer; record (warm given, max_iter, tol, converged,
+    sweeps) per call.  ``fail_warm_search``: a warm-started search evaluation returns a
+    result marked not converged (what a poor neighbour's sites did in tgp-benchmark)."""
+    calls = []
+    original = StudentTGPRegressor._infer
+
+    def infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+        res = original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
+        if fail_warm_search and warm is not None and tol > 1e-3 and max_iter > 30:
+            res.converged = False
+        calls.append((warm is not None, max_iter, tol, bool(res.converged), int(res.n_iter)))
+        return res
+
+    monkeypatch.setattr(StudentTGPRegressor, "_infer", infer)
+    return calls
+
+
+def test_ep3_final_fits_start_from_the_search_at_the_optimum(monkeypatch):
+    """Each grid value's final fit (tol 1e-4) is warm-started from the search's inference
+    at the optimum (the same hyperparameters): a few sweeps, and the same fit as from
+    zero sites."""
+    X, y, _, _, _ = _data(n=30)
+    calls = _record_infer(monkeypatch)
+    est = StudentTGPRegressor(method="ep", df_grid=[2.0, 4.0, 8.0]).fit(X, y)
+    finals = [c for c in calls if c[2] == 1e-4]
+    assert len(finals) == 3 and all(w and conv for w, _, _, conv, _ in finals)
+    assert max(n for *_, n in finals) <= 10
+    for comp in est._components:
+        cold = StudentTGPRegressor(
+            kernel=comp["kernel"], method="ep", df=comp["df"], scale=comp["scale"],
+            optimizer=None,
+        ).fit(X, y)  # fmt: skip
+        assert comp["res"].log_marginal_likelihood == pytest.approx(
+            cold.log_marginal_likelihood_value_, abs=1e-6
+        )
+
+
+def test_ep3_warm_start_that_fails_is_retried_cold(monkeypatch):
+    """A grid value whose first evaluation does not converge from the neighbour's sites
+    (within _WARM_FIRST_MAX_ITER sweeps) repeats it from zero sites, so its search still
+    moves: every grid value ends at its own optimum."""
+    import robustep.estimators.student_t_regressor as regressor
+
+    X, y, _, _, _ = _data(n=30)
+    calls = _record_infer(monkeypatch, fail_warm_search=True)
+    grid = [1.5, 3.0, 6.0]
+    est = StudentTGPRegressor(method="ep", df_grid=grid).fit(X, y)
+    assert est.converged_
+    warm_firsts = [
+        i for i, c in enumerate(calls) if c[0] and c[1] == regressor._WARM_FIRST_MAX_ITER
+    ]
+    assert len(warm_firsts) == len(grid) - 1  # one per warm-started grid value
+    for i in warm_firsts:  # each followed by the cold retry with the full budget
+        warm, max_iter, tol, conv, _ = calls[i + 1]
+        assert not warm and max_iter == regressor._FINAL_MAX_ITER and tol > 1e-3 and conv
+    assert len({round(c["scale"], 8) for c in est._components}) == len(grid)
+
+
+def test_ep3_neighbour_that_did_not_converge_is_no_warm_start(monkeypatch):
+    """Sites of a grid value whose final fit did not converge are not passed on."""
+    import robustep.estimators.student_t_regressor as regressor
+
+    X, y, _, _, _ = _data(n=25)
+    seen = []  # the warm start each grid value's search gets
+    original = regressor.StudentTGPRegressor._optimise
+
+    def optimise(self, kernel, df, scale, optimize_df, rng, n_restarts=None, warm=None):
+        seen.append(warm)
+        return original(self, kernel, df, scale, optimize_df, rng, n_restarts, warm)
+
+    original_final = regressor.StudentTGPRegressor._final
+
+    def final(self, kernel, df, scale, warm=None):
+        comp = original_final(self, kernel, df, scale, warm=warm)
+        comp["res"].converged = df != 2.0  # the first grid value "fails"
+        return comp
+
+    monkeypatch.setattr(regressor.StudentTGPRegressor, "_optimise", optimise)
+    monkeypatch.setattr(regressor.StudentTGPRegressor, "_final", final)
+    StudentTGPRegressor(method="ep", df_grid=[2.0, 4.0, 8.0]).fit(X, y)
+    assert seen[0] is None and seen[1] is None and seen[2] is not None
+
+
 def test_failed_search_is_reported(monkeypatch):
     """A search in which no inference converges leaves the hyperparameters unoptimised:
     the fit must say so (converged_ False and a ConvergenceWarning), never claim success."""

@@ -87,6 +87,12 @@ _SEARCH_MAX_ITER = 30
 _SEARCH_FTOL = 1e-6
 # EP sweeps at most in the final fit and in the first evaluation of each search start.
 _FINAL_MAX_ITER = 1000
+# EP sweeps at most in the first evaluation of a search start that is warm-started from
+# another inference (EP3's neighbouring grid value); if that does not converge, the
+# evaluation is repeated from a cold start with _FINAL_MAX_ITER.  In a tgp-benchmark
+# run on Boston fold 0 (docs/benchmarks.md, "EP3's grid walk") warm starts from a poor
+# neighbour ran 500-1000 sweeps and stalled every later grid value's search.
+_WARM_FIRST_MAX_ITER = 200
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -551,10 +557,12 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         previous inference result to start the first start's inference from (EP3 passes
         the neighbouring grid value's).  The first evaluation of every start has the final
         fit's sweep budget (there is nothing to warm-start from yet, and a failed first
-        evaluation would leave the optimiser nowhere to go); later ones have
-        ``_SEARCH_MAX_ITER``.  If no evaluation of any start succeeds, the starting values
-        are returned and ``self._search_failed`` is set (the fit then reports that it did
-        not converge)."""
+        evaluation would leave the optimiser nowhere to go), or ``_WARM_FIRST_MAX_ITER``
+        from a warm start followed, if that does not converge, by a cold start with the
+        final fit's budget; later ones have ``_SEARCH_MAX_ITER``.  If no evaluation of
+        any start succeeds, the starting values are returned and ``self._search_failed``
+        is set (the fit then reports that it did not converge).  ``self._search_res`` is
+        the inference at the returned point (None if there is none)."""
         X = self._X
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
@@ -574,26 +582,29 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             d = float(np.exp(x[p + 1])) if fit_df else df
             return k, d, s
 
+        must_converge = self.method in ("ep", "fractional", "auto", "laplace")
+
         def obj(x, eval_gradient=True):
             s = float(np.exp(min(x[p], 700.0)))
             d = float(np.exp(x[p + 1])) if fit_df else df
             try:
                 K, Kg = kernel_and_gradient(x[:p])
-                res = self._infer(
-                    K,
-                    d,
-                    s,
-                    warm=self._warm_of(state["warm"]),
-                    max_iter=_SEARCH_MAX_ITER if "best" in state else _FINAL_MAX_ITER,
-                    tol=_SEARCH_TOL,
-                )
+                first = "best" not in state
+                warm_start = self._warm_of(state["warm"])
+                budget = _SEARCH_MAX_ITER
+                if first:
+                    budget = _FINAL_MAX_ITER if warm_start is None else _WARM_FIRST_MAX_ITER
+                res = self._infer(K, d, s, warm=warm_start, max_iter=budget, tol=_SEARCH_TOL)
+                if first and warm_start is not None and must_converge and not res.converged:
+                    # nothing to back off to yet: try the start once more from cold
+                    res = self._infer(
+                        K, d, s, warm=None, max_iter=_FINAL_MAX_ITER, tol=_SEARCH_TOL
+                    )  # fmt: skip
                 val = float(res.log_marginal_likelihood)
                 # A non-converged EP evidence is not a stationary value and its explicit
                 # gradient is wrong, nor is a Laplace evidence away from the mode (its
                 # implicit gradient assumes the mode); treat either as a failed evaluation.
-                if not np.isfinite(val) or (
-                    self.method in ("ep", "fractional", "auto", "laplace") and not res.converged
-                ):
+                if not np.isfinite(val) or (must_converge and not res.converged):
                     raise FloatingPointError
                 gk, gd, gs = self._gradient(res, Kg, d, s)
                 grad = np.concatenate([gk, [gs], [gd] if fit_df else []])
@@ -611,6 +622,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             state["warm"] = res
             if -val < state.get("best", (None, np.inf))[1]:
                 state["best"] = (x.copy(), -val)
+                state["best_res"] = res
             return (-val, -grad) if eval_gradient else -val
 
         bounds = np.vstack(
@@ -638,10 +650,11 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             )
             x[:p] = rng.uniform(lo, hi)
             starts.append(x)
-        best = None
+        best, self._search_res = None, None
         for j, x_start in enumerate(starts):
             state["warm"] = warm if j == 0 else None
             state.pop("best", None)
+            state.pop("best_res", None)
             if callable(self.optimizer):
                 x_opt, f_opt = self.optimizer(obj, x_start, bounds)
             else:
@@ -658,6 +671,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 x_opt, f_opt = x_start, np.inf
             if best is None or f_opt < best[1]:
                 best = (np.asarray(x_opt, float), float(f_opt))
+                # the inference at the start's best point: a warm start for the final fit
+                self._search_res = state.get("best_res")
         if not np.isfinite(best[1]):
             self._search_failed = True
         self._record_bounds(kernel, best[0], bounds, fit_df)
@@ -784,11 +799,16 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 k0, s0, warm, n_restarts = kernel, float(self.scale), None, None
             else:
                 c = comps[prev]
-                k0, s0, warm, n_restarts = c["kernel"], c["scale"], c["res"], 0
+                # sites from a run that did not converge are no start (a cold one is)
+                warm = c["res"] if getattr(c["res"], "converged", False) else None
+                k0, s0, n_restarts = c["kernel"], c["scale"], 0
             if self.optimizer is not None:
                 k0, _, s0 = self._optimise(
                     k0, float(nu), s0, False, rng, n_restarts=n_restarts, warm=warm
                 )
+                # the final fit starts from the search's inference at the optimum (the
+                # same hyperparameters), not from the neighbouring grid value's
+                warm = self._search_res if self._search_res is not None else warm
             comps[j] = self._final(k0, float(nu), s0, warm=warm)
         lml = np.array([c["res"].log_marginal_likelihood for c in comps], float)
         lml = np.where(np.isfinite(lml), lml, -np.inf)
