@@ -1,12 +1,13 @@
 """EP3's search with another sweep budget per evaluation (issue 12 §2).
 
-Usage: ROBUSTEP_DATA=/work/shared/datasets python benchmarks/tgp_ep3_budget.py 30 60
+Usage: ROBUSTEP_DATA=/work/shared/datasets python benchmarks/tgp_ep3_budget.py 30 60 \
+           [--dataset boston] [--split 0]
 
-Runs tgp-benchmark's EP3 unit on Boston fold 0 exactly as the full configuration does
-(``tgp_benchmark._fit_predict``, one BLAS thread, CPU process time) once per value of
-``StudentTGPRegressor``'s search budget ``_SEARCH_MAX_ITER`` (EP sweeps per optimiser
-evaluation; 30 is the library's), and prints the CPU time, the test MLPD, how many EP
-runs converged or failed and their median sweeps.  A run that fails is an optimiser
+Runs tgp-benchmark's EP3 unit on one split (default Boston fold 0) exactly as the full
+configuration does (``tgp_benchmark._fit_predict``, one BLAS thread, CPU process time)
+once per value of ``StudentTGPRegressor``'s search budget ``_SEARCH_MAX_ITER`` (EP sweeps
+per optimiser evaluation; 30 is the library's), and prints the CPU time, the test MLPD,
+how many EP runs converged or failed and their median sweeps.  A run that fails is an optimiser
 evaluation that is thrown away; the question is whether a larger budget (fewer failures)
 or a smaller one (cheaper failures) shortens the unit.
 """
@@ -25,10 +26,12 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("budgets", nargs="+", type=int)
+    parser.add_argument("--dataset", default="boston", choices=["friedman", "boston", "concrete"])
+    parser.add_argument("--split", type=int, default=0)
     args = parser.parse_args(argv)
     full = dict(tb.EXPERIMENT.full)
-    Xtr, ytr, Xte, yte, _ = tb._splits("boston", full, 0)[0]
-    seed = tb.unit_seed(0, tb._dataset_key("boston"), 0)
+    Xtr, ytr, Xte, yte, _ = tb._splits(args.dataset, full, 0)[args.split]
+    seed = tb.unit_seed(0, tb._dataset_key(args.dataset), args.split)
     original_budget = regressor._SEARCH_MAX_ITER
     original_infer = regressor.StudentTGPRegressor._infer
     sweeps = collections.defaultdict(list)
