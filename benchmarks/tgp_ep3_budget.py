@@ -1,7 +1,7 @@
 """EP3's search with another sweep budget per evaluation (issue 12 §2).
 
 Usage: ROBUSTEP_DATA=/work/shared/datasets python benchmarks/tgp_ep3_budget.py 30 60 \
-           [--dataset boston] [--split 0]
+           [--dataset boston] [--split 0] [--trace]
 
 Runs tgp-benchmark's EP3 unit on one split (default Boston fold 0) exactly as the full
 configuration does (``tgp_benchmark._fit_predict``, one BLAS thread, CPU process time)
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import time
 
 import numpy as np
 
@@ -28,6 +29,12 @@ def main(argv=None):
     parser.add_argument("budgets", nargs="+", type=int)
     parser.add_argument("--dataset", default="boston", choices=["friedman", "boston", "concrete"])
     parser.add_argument("--split", type=int, default=0)
+    parser.add_argument(
+        "--trace", action="store_true",
+        help="also print every EP run with the full sweep budget (first evaluations of a "
+        "search start and final fits): nu, sigma, warm start, budget, tolerance, sweeps, "
+        "converged, CPU s",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     full = dict(tb.EXPERIMENT.full)
     Xtr, ytr, Xte, yte, _ = tb._splits(args.dataset, full, 0)[args.split]
@@ -35,10 +42,15 @@ def main(argv=None):
     original_budget = regressor._SEARCH_MAX_ITER
     original_infer = regressor.StudentTGPRegressor._infer
     sweeps = collections.defaultdict(list)
+    trace = []
 
     def counted_infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+        t0 = time.process_time()
         res = original_infer(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
         sweeps["converged" if res.converged else "failed"].append(int(res.n_iter))
+        if max_iter > original_budget:
+            trace.append((df, scale, warm is not None, max_iter, tol, int(res.n_iter),
+                          bool(res.converged), time.process_time() - t0))  # fmt: skip
         return res
 
     print("| search budget (sweeps) | CPU s | MLPD | EP runs converged / failed "
@@ -49,11 +61,16 @@ def main(argv=None):
         for budget in args.budgets:
             regressor._SEARCH_MAX_ITER = budget
             sweeps.clear()
+            trace.clear()
             _, lpd, cpu, *_ = tb._fit_predict("EP3", Xtr, ytr, Xte, yte, full, seed)
             ok, bad = sweeps["converged"], sweeps["failed"]
             print(f"| {budget} | {cpu:.1f} | {np.mean(lpd):.4f} | {len(ok)} / {len(bad)} | "
                   f"{np.median(ok) if ok else 0:.0f} / {np.median(bad) if bad else 0:.0f} |",
                   flush=True)  # fmt: skip
+            if args.trace:
+                print("  nu | sigma | warm | budget | tol | sweeps | converged | CPU s")
+                for row in trace:
+                    print("  {:.3f} | {:.5f} | {} | {} | {:g} | {} | {} | {:.2f}".format(*row))
     finally:
         regressor._SEARCH_MAX_ITER = original_budget
         regressor.StudentTGPRegressor._infer = original_infer
