@@ -185,6 +185,22 @@ def test_student_t_derivatives_at_huge_residuals_are_their_limits():
     assert d3[3] == pytest.approx(2 * (nu + 1) * r * (r * r - 3 * c) / q**3, rel=1e-13)
 
 
+def test_student_t_derivatives_at_a_huge_scale_are_their_limits():
+    """A trial sigma whose square overflows (an L-BFGS step with log sigma unbounded
+    above: the 24 RuntimeWarnings of the 2026-11-24 full tgp-benchmark run, raised in the
+    Laplace searches) gives log p finite and d1, d2, d3 -> 0, not inf / inf, also where
+    the residual's square overflows as well."""
+    f = np.array([0.1, 1e200, -0.5])
+    for scale in (1e160, 1e200):
+        lik = StudentT(4.0, scale)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            logp, d1, d2, d3 = lik.log_prob_derivatives(np.zeros(3), f)
+        assert np.all(np.isfinite(logp))
+        assert np.all(d1 == 0.0) and np.all(d2 == 0.0) and np.all(d3 == 0.0)
+        np.testing.assert_allclose(logp, lik.log_prob(np.zeros(3), f), rtol=1e-14)
+
+
 def test_probit_derivatives_far_tail_are_finite():
     f = np.array([-1e6, -1e3, -40.0, -5.1, -4.9, 0.0, 40.0, 1e6])
     for d in Probit().log_prob_derivatives(np.ones(8), f):

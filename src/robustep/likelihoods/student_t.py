@@ -408,7 +408,8 @@ class StudentT(Likelihood):
         y, f = as_site_arrays(y, f)
         nu, s = self.df, self.scale
         r = y - f
-        return self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(r * r / (nu * s * s))
+        with np.errstate(over="ignore"):  # (r / s)^2 = inf is the right limit: -inf
+            return self._log_norm() - 0.5 * (nu + 1.0) * np.log1p((r / s) ** 2 / nu)
 
     def log_prob_derivatives(self, y, f):
         """(log p, d/df, d2/df2, d3/df3), each (n,); d2 > 0 for |y - f| > sqrt(nu) s."""
@@ -418,13 +419,17 @@ class StudentT(Likelihood):
         r = y - f
         with np.errstate(over="ignore"):  # r^2 = inf is the right limit: log p = -inf
             q = c + r * r
-            logp = self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(r * r / c)
+            z = (r / s) ** 2 / nu  # r^2 / c, finite where r^2 or c alone overflows
+            logp = self._log_norm() - 0.5 * (nu + 1.0) * np.log1p(z)
         # log p = const - (nu+1)/2 log(c + r^2); r = y - f so d/df = -d/dr
-        # r^2 - c = q - 2c and r^2 - 3c = q - 4c: written with q so that a residual whose
-        # square overflows (q = inf) gives the limits 0 instead of inf / inf; no q**3
+        # r^2 - c = q - 2c and r^2 - 3c = q - 4c: written with q and c/q = 1/(1 + r^2/c)
+        # so that a residual whose square overflows (q = inf) and a scale whose square
+        # does (c = inf, an optimiser's trial sigma) give the limits 0 instead of
+        # inf / inf; no q**3
+        c_over_q = 1.0 / (1.0 + z)
         d1 = (nu + 1.0) * r / q
-        d2 = (nu + 1.0) * (1.0 - 2.0 * c / q) / q
-        d3 = 2.0 * (nu + 1.0) * (r / q) * (1.0 - 4.0 * c / q) / q
+        d2 = (nu + 1.0) * (1.0 - 2.0 * c_over_q) / q
+        d3 = 2.0 * (nu + 1.0) * (r / q) * (1.0 - 4.0 * c_over_q) / q
         return logp, d1, d2, d3
 
     def log_prob_parameter_gradient(self, y, f):
