@@ -91,7 +91,7 @@ _FINAL_MAX_ITER = 1000
 # another inference (EP3's neighbouring grid value); if that does not converge, the
 # evaluation is repeated from a cold start with _FINAL_MAX_ITER.  In a tgp-benchmark
 # run on Boston fold 0 (docs/benchmarks.md, "EP3's grid walk") warm starts from a poor
-# neighbour ran 500-1000 sweeps and stalled every later grid value's search.
+# neighbour ran 495-1000 sweeps and stalled the next ten grid values' searches.
 _WARM_FIRST_MAX_ITER = 200
 
 
