@@ -46,6 +46,7 @@ from robustep.likelihoods.multinomial_probit import (
     _site_corrections,
     _x_prior,
 )
+from robustep.linalg import triangular_inverse
 from robustep.posterior.sparse import FITCPrior, row_chunks
 
 #: entries of a (chunk, c, c m) temporary (4 MB): row chunks are sized by it
@@ -139,7 +140,7 @@ class SparseMulticlassPosterior:
 
     def _L_A_inverse(self):
         if getattr(self, "_L_inv", None) is None:
-            self._L_inv = lapack.dtrtri(self.L_A, lower=1)[0]
+            self._L_inv = triangular_inverse(self.L_A)
         return self._L_inv
 
     def predict(self, K_cross, k_diag):
@@ -224,7 +225,7 @@ def multiclass_fitc_posterior(prior, precision, shift):
     if info != 0 or not np.all(np.isfinite(L_A)):
         raise np.linalg.LinAlgError("A = I + Σ_i W_i^T B_i W_i is not positive definite")
     u_mean = scipy.linalg.cho_solve((L_A, True), b, check_finite=False)
-    Linv = lapack.dtrtri(L_A, lower=1)[0]
+    Linv = triangular_inverse(L_A)
     a = np.empty((n, c))
     Q = np.empty((n, c, c))
     for rows in row_chunks(n, c * c * m, _CHUNK_ENTRIES):  # eqs. M16, M17

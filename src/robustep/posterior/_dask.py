@@ -67,10 +67,6 @@ def _block_quad(Vc, L_inv):
     return quad_block(Vc, L_inv)
 
 
-def _block_gradient(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z):
-    return gradient_rows_sum(Xc, Vc, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z)
-
-
 def _add(a, b):
     return None if a is None else a + b
 
@@ -187,7 +183,7 @@ class DaskFITCPrior(FITCPrior):
         shared = [delayed(a) for a in (s, Ainv, self.L_mm_inverse())]
         shared += [kernel, delayed(Z), wrt_Z]
         parts = [
-            delayed(_block_gradient, pure=True)(
+            delayed(gradient_rows_sum, pure=True)(
                 xb, vb, alpha[sl], beta[sl], M_diag[sl], *shared
             )
             for xb, vb, sl in zip(self._X_blocks, self._V_blocks, self._slices, strict=True)

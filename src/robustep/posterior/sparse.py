@@ -182,7 +182,7 @@ class FITCPrior(GaussianPrior):
         return int(self.V.shape[1])
 
     def L_mm_inverse(self):
-        """L_mm^-1 (m, m) lower triangular (LAPACK ``dtrtri``), computed once and cached."""
+        """L_mm^-1 (m, m) lower triangular (``linalg.triangular_inverse``), cached."""
         if getattr(self, "_L_inv", None) is None:
             self._L_inv = triangular_inverse(self.L_mm)
         return self._L_inv
@@ -358,7 +358,7 @@ class FITCSitePosterior(SitePosterior):
     def _L_A_inverse(self):
         """L_A^-1 (m, m) lower triangular, cached."""
         if self._L_inv is None:
-            self._L_inv = lapack.dtrtri(self.L_A, lower=1)[0]
+            self._L_inv = triangular_inverse(self.L_A)
         return self._L_inv
 
     def _A_inverse(self):
