@@ -79,6 +79,19 @@ def test_all_stages_fail_warns_once_naming_them():
     assert np.all(np.isfinite(clf.predict_proba(X)))
 
 
+def test_without_double_loop_the_chain_stops_after_damped_ep():
+    """double_loop=False (inner runs of a hyperparameter search): stages 1-2 only."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 1))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    K = (ConstantKernel(1e4) * RBF(1.0))(X)
+    res = auto_expectation_propagation(K, y, Probit(), max_iter=1, tol=1e-12, double_loop=False)
+    assert [t[0] for t in res.methods_tried] == ["ep", "damped"]
+    assert not res.converged and "double-loop" not in res.message
+    full = auto_expectation_propagation(K, y, Probit(), max_iter=1, tol=1e-12)
+    assert [t[0] for t in full.methods_tried] == ["ep", "damped", "double_loop"]
+
+
 def test_explicit_ep_is_unchanged():
     """method="ep" still runs the engine's default (robust parallel EP + double loop)."""
     rng = np.random.default_rng(2)

@@ -696,6 +696,51 @@ def test_double_loop_after_parallel_init_converges_on_conflicting_outliers():
     _assert_same_fixed_point(ref, res, tol=1e-3)
 
 
+def _stalling_student_t():
+    """30 points, 4 gross outliers, nu = 4, sigma = 0.3: robust parallel EP stalls after 38
+    sweeps and the automatic choice converges in the double loop (found by a search over
+    random seeds of this construction)."""
+    rng = np.random.default_rng(0)
+    n = 30
+    x = np.sort(rng.uniform(-3, 3, n))
+    y = np.sin(x) + 0.1 * rng.normal(size=n)
+    k = rng.integers(2, 6)
+    idx = rng.choice(n, k, replace=False)
+    y[idx] += rng.choice([-1, 1], k) * rng.uniform(1.5, 3, k)
+    K = _rbf(x, x, var=9.0, ell=0.8) + 1e-8 * np.eye(n)
+    return K, y, StudentT(df=4.0, scale=0.3)
+
+
+def test_double_loop_never_stops_where_the_automatic_choice_starts_the_double_loop():
+    K, y, lik = _stalling_student_t()
+    auto = _ep(K, y, lik, max_iter=300)
+    assert auto.converged and "double-loop" in auto.history["phase"]
+    with pytest.warns(ConvergenceWarning, match="stalled"):
+        never = expectation_propagation(K, y, lik, max_iter=300, double_loop="never")
+    assert not never.converged
+    assert set(never.history["phase"]) == {"parallel"}
+    # the same parallel sweeps (with step halving) as the automatic choice, then a stop
+    first = auto.history["phase"].index("double-loop")
+    assert never.n_iter == first
+    np.testing.assert_allclose(never.history["residual"], auto.history["residual"][:first])
+    assert np.isfinite(never.log_Z) and np.all(np.isfinite(never.mean))
+
+
+def test_double_loop_never_equals_the_default_where_parallel_ep_converges():
+    _, K, y, lik = _jylanki_example2()
+    default = _ep(K, y, lik, tol=1e-6)
+    never = _ep(K, y, lik, tol=1e-6, double_loop="never")
+    np.testing.assert_array_equal(never.site_precision, default.site_precision)
+    assert never.n_iter == default.n_iter
+
+
+@pytest.mark.parametrize("bad", ["always", 2, "Never"])
+def test_double_loop_rejects_unknown_values(bad):
+    K, y = np.eye(3), np.ones(3)
+    with pytest.raises(ValueError, match='double_loop must be None, True, False or "never"'):
+        expectation_propagation(K, y, StudentT(4.0, 0.3), double_loop=bad)
+
+
 def test_indefinite_K_does_not_hang(monkeypatch):
     """Regression: the double loop used to loop forever (n_iter stuck) on an indefinite K."""
     import robustep.ep.engine as engine

@@ -171,8 +171,8 @@ def _record_infer(monkeypatch, fail_warm_search=False):
     calls = []
     original = StudentTGPRegressor._infer
 
-    def infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
-        res = original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
+    def infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+        res = original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
         if fail_warm_search and warm is not None and tol > 1e-3 and max_iter > 30:
             res.converged = False
         calls.append((warm is not None, max_iter, tol, bool(res.converged), int(res.n_iter)))
@@ -256,17 +256,58 @@ def test_failed_search_is_reported(monkeypatch):
     calls = {"n": 0}
     original = StudentTGPRegressor._infer
 
-    def fails_in_search(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+    def fails_in_search(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
         calls["n"] += 1
         if tol > 1e-3:  # only the search's evaluations (site tolerance 1e-2) fail
             raise FloatingPointError
-        return original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol)
+        return original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
 
     monkeypatch.setattr(StudentTGPRegressor, "_infer", fails_in_search)
     with pytest.warns(ConvergenceWarning, match="no point where the inference converged"):
         est = StudentTGPRegressor(kernel, method="ep", n_restarts_optimizer=1).fit(X, y)
     assert not est.converged_ and calls["n"] > 1
     assert est.scale_ == 0.5 and est.kernel_.theta == pytest.approx(kernel.theta)
+
+
+def test_search_prior_stops_after_its_factorisations():
+    from robustep.estimators.student_t_regressor import _BudgetedPrior, _SearchBudgetExceeded
+
+    K = np.eye(3) + 0.5
+    prior = _BudgetedPrior(K, 2)
+    for _ in range(2):
+        post = prior.posterior(np.full(3, 0.5), np.ones(3))
+        assert np.all(np.isfinite(post.mean))
+    with pytest.raises(_SearchBudgetExceeded):
+        prior.posterior(np.full(3, 0.5), np.ones(3))
+    assert issubclass(_SearchBudgetExceeded, ArithmeticError)  # a failed evaluation
+
+
+def test_search_evaluation_out_of_factorisations_is_a_failed_evaluation(monkeypatch):
+    """With no factorisations allowed, every search evaluation after the first (which has
+    the final fit's budget) fails: the fit still ends, at the starting hyperparameters."""
+    import robustep.estimators.student_t_regressor as regressor
+
+    X, y, Xt, _, _ = _data(n=20)
+    kernel = ConstantKernel(1.0) * RBF(1.0)
+    monkeypatch.setattr(regressor, "_SEARCH_FACTORISATIONS_PER_SWEEP", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = StudentTGPRegressor(kernel, method="ep").fit(X, y)
+    assert est.kernel_.theta == pytest.approx(kernel.theta) and est.scale_ == 0.5
+    assert np.all(np.isfinite(est.predict(Xt)))
+
+
+@pytest.mark.parametrize("method", ["ep", "auto"])
+def test_search_budget_leaves_a_converging_search_unchanged(monkeypatch, method):
+    import robustep.estimators.student_t_regressor as regressor
+
+    X, y, _, _, _ = _data(n=30)
+    kernel = ConstantKernel(1.0) * RBF(1.0)
+    est = StudentTGPRegressor(kernel, method=method).fit(X, y)
+    monkeypatch.setattr(regressor, "_SEARCH_FACTORISATIONS_PER_SWEEP", 10**6)
+    unlimited = StudentTGPRegressor(kernel, method=method).fit(X, y)
+    np.testing.assert_array_equal(est.kernel_.theta, unlimited.kernel_.theta)
+    assert est.scale_ == unlimited.scale_
 
 
 def test_optimize_df_changes_df():

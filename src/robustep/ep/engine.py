@@ -673,6 +673,16 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
     return prior, y
 
 
+def _check_double_loop(double_loop):
+    """True for double_loop="never"; raises ValueError for anything but None/bool/"never"."""
+    if isinstance(double_loop, str):
+        if double_loop == "never":
+            return True
+    elif double_loop is None or isinstance(double_loop, (bool, np.bool_)):
+        return False
+    raise ValueError(f'double_loop must be None, True, False or "never", got {double_loop!r}')
+
+
 def _check_mean_sweeps(mean_sweeps, site_update):
     if isinstance(mean_sweeps, str) and mean_sweeps == "auto":
         return 3 if site_update is None else 0
@@ -769,7 +779,12 @@ def expectation_propagation(
         by 10%, at least every 5 sweeps); the double loop takes over when they stall
         or oscillate.
     double_loop : None (automatic, see ``robust``), True (double loop after
-        ``n_parallel_init`` parallel sweeps) or False (never).
+        ``n_parallel_init`` parallel sweeps), False (never; plain robust parallel sweeps,
+        no step halving) or "never" (the automatic choice's parallel sweeps with step
+        halving, but a stall ends the run, status "stalled", instead of starting the
+        double loop: for the inner runs of a hyperparameter search, which discard a run
+        that does not converge within a small budget anyway; the double loop's
+        line-search trials, one factorisation each, are not counted in ``max_iter``).
     max_inner : inner-loop iterations per outer update of the double loop (default 2,
         as in Jylänki et al. §4).  1 makes every parallel step line-searched on the EP
         objective (modifications 1, 2, 4); larger values iterate the inner loop towards
@@ -792,6 +807,7 @@ def expectation_propagation(
     EPResult
     """
     prior, y = _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol)
+    no_double_loop = _check_double_loop(double_loop)
     n = prior.n
     rule = moment_matching_update if site_update is None else site_update
     ctx = _Context(prior, y, likelihood, rule, float(power), float(damping), float(tol),
@@ -814,8 +830,12 @@ def expectation_propagation(
     if schedule == "sequential":
         ev, status = _run_sequential(ctx, ev, robust=robust)
     else:
-        use_double = robust and site_update is None if double_loop is None else bool(double_loop)
-        if use_double:
+        automatic = robust and site_update is None
+        use_double = automatic if double_loop is None else bool(double_loop)
+        if no_double_loop and automatic:
+            # the automatic choice's parallel phase; a stall ends the run
+            ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=2)
+        elif use_double and not no_double_loop:
             if double_loop:
                 ev, status = _run_parallel(ctx, ev, robust=True, max_sweeps=n_parallel_init)
             else:

@@ -87,6 +87,7 @@ def auto_expectation_propagation(
     schedule="parallel",
     patience=20,
     block=50,
+    double_loop=True,
 ):
     """Run the ``method="auto"`` chain (module docstring) and return an ``EPResult``.
 
@@ -97,7 +98,9 @@ def auto_expectation_propagation(
     is resolved once, and stages 2 and 3 start from the same sites);
     schedule : schedule of stages 1 and 2 (the double loop is parallel);
     patience : stage 1 stops after this many sweeps without a new smallest residual;
-    block : sweeps per damping level in stage 2.
+    block : sweeps per damping level in stage 2;
+    double_loop : False skips stage 3, for the inner runs of a hyperparameter search, which
+    discard a run that does not converge within a small budget anyway.
     """
     from robustep.ep import expectation_propagation
     from robustep.ep.subset_start import resolve_subset_start
@@ -163,6 +166,8 @@ def auto_expectation_propagation(
         return finish(res, "damped")
 
     # 3. the double loop, inner loop run towards consistency
+    if not double_loop:
+        return _closest(results, tried, tol, finish)
     res = run(
         double_loop=True,
         n_parallel_init=10,
@@ -175,7 +180,11 @@ def auto_expectation_propagation(
     if res.converged:
         return finish(res, "double_loop")
 
-    # all failed: the state closest to a fixed point
+    return _closest(results, tried, tol, finish)
+
+
+def _closest(results, tried, tol, finish):
+    """All stages failed: the state closest to a fixed point, reported as not converged."""
     name, res = min(results, key=lambda item: _residual(item[1]))
     res.converged = False
     res.message = failure_message(tried, tol)

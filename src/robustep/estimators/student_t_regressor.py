@@ -54,6 +54,7 @@ from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
+from robustep.posterior import DensePrior
 from robustep.quadrature import gamma_scale_mixture_nodes
 
 __all__ = ["StudentTGPRegressor", "default_df_grid", "student_t_gaussian_quantiles"]
@@ -85,6 +86,15 @@ _SEARCH_MAX_ITER = 30
 # SciPy's default, 2.2e-9, spent 15-30% of a Boston search on improvements below
 # 1e-3 nats (docs/benchmarks.md, "tgp-benchmark --full").
 _SEARCH_FTOL = 1e-6
+# Posterior factorisations at most per EP run inside the hyperparameter search, per allowed
+# sweep.  A sweep factorises once, plus once per step halving when a trial step would make
+# the posterior indefinite or a cavity improper (up to 30 halvings per sweep with Student-t
+# sites), so a run that fails within the sweep budget could still cost 250-390
+# factorisations.  In six tgp-benchmark units (EP1 on concrete folds 0-1, Boston folds 0-1
+# and Friedman set 1, EP2 on Boston fold 0; docs/benchmarks.md, "Search evaluations that
+# fail") no search evaluation that converged used more than 51 (1.0-2.0 per sweep), while
+# the failed ones used up to 390 and 60-75% of EP's time.
+_SEARCH_FACTORISATIONS_PER_SWEEP = 2
 # EP sweeps at most in the final fit and in the first evaluation of each search start.
 _FINAL_MAX_ITER = 1000
 # EP sweeps at most in the first evaluation of a search start that is warm-started from
@@ -118,6 +128,26 @@ def _df_grid_order(grid):
         (int(rank[k]), float(grid[rank[k]]), None if k == 0 else int(rank[k - 1]))
         for k in range(rank.size)
     ]
+
+
+class _SearchBudgetExceeded(FloatingPointError):
+    """A search evaluation's EP run used up its factorisations (a failed evaluation)."""
+
+
+class _BudgetedPrior(DensePrior):
+    """The dense prior of one search evaluation: at most ``budget`` posterior factorisations,
+    then :class:`_SearchBudgetExceeded` (which the search's objective treats as a failed
+    evaluation).  K is not checked (it comes from a scikit-learn kernel)."""
+
+    def __init__(self, K, budget):
+        super().__init__(K, check=False)
+        self.left = int(budget)
+
+    def posterior(self, site_precision, site_shift, **kwargs):
+        self.left -= 1
+        if self.left < 0:
+            raise _SearchBudgetExceeded("search evaluation out of factorisations")
+        return super().posterior(site_precision, site_shift, **kwargs)
 
 
 def _validate(estimator, X, y=None, reset=True):
@@ -457,11 +487,15 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         return {"poor_score": True}
 
     # ------------------------------------------------------------- inference
-    def _infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4):
+    def _infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
         """Approximate inference at fixed hyperparameters; returns a result with
         ``log_marginal_likelihood``, ``mean``, ``var``, ``converged``, ``n_iter``, ``predict``.
 
-        ``tol`` is EP's site-change tolerance (looser inside the hyperparameter search)."""
+        ``tol`` is EP's site-change tolerance (looser inside the hyperparameter search).
+        ``search``: an evaluation inside the hyperparameter search, whose run is discarded
+        when it does not converge within ``max_iter``: EP then never starts the double
+        loop and raises :class:`_SearchBudgetExceeded` after
+        ``_SEARCH_FACTORISATIONS_PER_SWEEP * max_iter`` posterior factorisations."""
         y = self._y
         m = self.method
         with warnings.catch_warnings():
@@ -469,7 +503,6 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             if m in ("ep", "fractional", "auto"):
                 from robustep.ep import expectation_propagation
-                from robustep.posterior import DensePrior
 
                 power = 1.0 if m == "ep" else float(self.power)
                 if isinstance(K, np.ndarray):
@@ -477,17 +510,24 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     # the engine's O(n^3) PSD check, once per optimiser evaluation
                     if not np.all(np.isfinite(K)):
                         raise ValueError("K contains NaN or inf; check the kernel")
-                    K = DensePrior(K, check=False)
+                    if search:  # "auto" runs two stages of max_iter sweeps each
+                        stages = 2 if m == "auto" else 1
+                        K = _BudgetedPrior(
+                            K, _SEARCH_FACTORISATIONS_PER_SWEEP * stages * max_iter
+                        )  # fmt: skip
+                    else:
+                        K = DensePrior(K, check=False)
                 if m == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
                     from robustep.estimators._auto import auto_expectation_propagation
 
                     res = auto_expectation_propagation(
-                        K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol
-                    )
+                        K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol,
+                        double_loop=not search,
+                    )  # fmt: skip
                 else:
                     res = expectation_propagation(
                         K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter,
-                        tol=tol,
+                        tol=tol, double_loop="never" if search else None,
                     )  # fmt: skip
                 res.log_marginal_likelihood = float(res.log_Z)
                 return res
@@ -594,7 +634,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 budget = _SEARCH_MAX_ITER
                 if first:
                     budget = _FINAL_MAX_ITER if warm_start is None else _WARM_FIRST_MAX_ITER
-                res = self._infer(K, d, s, warm=warm_start, max_iter=budget, tol=_SEARCH_TOL)
+                res = self._infer(
+                    K, d, s, warm=warm_start, max_iter=budget, tol=_SEARCH_TOL,
+                    search=budget == _SEARCH_MAX_ITER,
+                )  # fmt: skip
                 if first and warm_start is not None and must_converge and not res.converged:
                     # nothing to back off to yet: try the start once more from cold
                     res = self._infer(
