@@ -2,7 +2,8 @@
 
 Usage:
     ROBUSTEP_DATA=/work/shared/datasets nice .venv/bin/python benchmarks/tgp_cost.py \
-        [--friedman-sets 0 1 2] [--boston-folds 0] [--methods LA1 EP1] [--repeat 1]
+        [--friedman-sets 0 1 2] [--boston-folds 0] [--methods LA1 EP1] [--repeat 1] \
+        [--concrete-folds 0 1] [--evaluations]
 
 Each (data set, split, method) is fitted exactly as a unit of ``robustep reproduce
 tgp-benchmark --full`` (``tgp_benchmark._fit_predict``: ARD kernel, 2 random restarts,
@@ -12,6 +13,17 @@ absolute seconds are not.  Prints, per split, CPU seconds, the fitted sigma and 
 the test MLPD of every method (to check that a speed change left the fits where they
 were), and EP1/LA1; then the ratio of the summed CPU times per data set.  With
 ``--repeat r`` every unit runs r times (interleaved) and the minimum counts.
+
+``--methods`` takes the table's names (LA1, EP1, EP2, ...) and AUTO, the estimator's
+default ``method="auto"`` with the same protocol.
+
+``--evaluations`` adds, after each unit, what its hyperparameter search's EP runs cost
+(the runs with the search's sweep budget ``_SEARCH_MAX_ITER``; the same measurement runs
+on commits before the factorisation budget, with ``PYTHONPATH`` set to their ``src``):
+how many converged, failed (not converged within the budget) or ran out of posterior
+factorisations, their CPU seconds, and the factorisations they made (in all and in the
+largest run) -- the measurement behind ``_SEARCH_FACTORISATIONS_PER_SWEEP``
+(docs/benchmarks.md, "Search evaluations that fail").
 """
 
 from __future__ import annotations
@@ -19,8 +31,67 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
+
+
+class SearchRunLog:
+    """Records every search EP run of StudentTGPRegressor (wraps ``_infer`` and counts
+    ``DensePrior.posterior`` calls) while installed."""
+
+    def __init__(self):
+        import robustep.estimators.student_t_regressor as regressor
+        from robustep.posterior import DensePrior
+
+        self.regressor, self.prior_cls = regressor, DensePrior
+        self.runs = []  # (outcome, CPU s, factorisations)
+        self.factorisations = 0
+        self._infer = regressor.StudentTGPRegressor._infer
+        self._posterior = DensePrior.posterior
+        log = self
+
+        def posterior(prior, *args, **kwargs):
+            log.factorisations += 1
+            return log._posterior(prior, *args, **kwargs)
+
+        # a search run has the search's sweep budget (also before the search= argument)
+        out_of_budget = getattr(regressor, "_SearchBudgetExceeded", ())
+
+        def infer(est, *args, **kwargs):
+            search = kwargs.get("max_iter") == regressor._SEARCH_MAX_ITER
+            if not (search and est.method in ("ep", "fractional", "auto")):
+                return log._infer(est, *args, **kwargs)
+            t0, f0 = time.process_time(), log.factorisations
+            try:
+                res = log._infer(est, *args, **kwargs)
+            except out_of_budget:
+                log.runs.append(("budget", time.process_time() - t0, log.factorisations - f0))
+                raise
+            outcome = "converged" if res.converged else "failed"
+            log.runs.append((outcome, time.process_time() - t0, log.factorisations - f0))
+            return res
+
+        regressor.StudentTGPRegressor._infer = infer
+        DensePrior.posterior = posterior
+
+    def close(self):
+        self.regressor.StudentTGPRegressor._infer = self._infer
+        self.prior_cls.posterior = self._posterior
+
+    def summary(self):
+        """One line per outcome: runs, CPU s, factorisations (and the largest run's)."""
+        parts = []
+        for outcome in ("converged", "failed", "budget"):
+            runs = [r for r in self.runs if r[0] == outcome]
+            if runs:
+                parts.append(
+                    f"{outcome} {len(runs)} runs, {sum(r[1] for r in runs):.1f} CPU s, "
+                    f"{sum(r[2] for r in runs)} factorisations (largest run "
+                    f"{max(r[2] for r in runs)})"
+                )
+        self.runs = []
+        return "; ".join(parts) or "no search runs"
 
 
 def main(argv=None):
@@ -33,7 +104,11 @@ def main(argv=None):
     p.add_argument("--methods", nargs="+", default=["LA1", "EP1"])
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--evaluations", action="store_true", help="the search runs' costs")
     args = p.parse_args(argv)
+    # AUTO: the estimator's default method="auto" (not a method of the paper's table)
+    tb._SPEC.setdefault("AUTO", dict(method="auto"))
+    log = SearchRunLog() if args.evaluations else None
     wanted = {"friedman": args.friedman_sets, "boston": args.boston_folds}
     wanted["concrete"] = args.concrete_folds
     if not os.environ.get("ROBUSTEP_DATA") and (args.boston_folds or args.concrete_folds):
@@ -56,6 +131,8 @@ def main(argv=None):
                     o = tb._fit_predict(m, Xtr, ytr, Xte, yte, config, seed)
                     cpu[m] = min(cpu[m], o[2])
                     out[m] = o
+                    if log is not None:
+                        print(f"# {ds} split {split} {m} search runs: {log.summary()}")
             for m in args.methods:
                 sigma, nu = out[m][5]
                 mlpd = float(np.mean(out[m][1]))
@@ -76,6 +153,8 @@ def main(argv=None):
                 f"{ds}: EP1/LA1 CPU = {t['EP1'] / t['LA1']:.2f} "
                 f"(EP1 {t['EP1']:.1f} s, LA1 {t['LA1']:.1f} s)"
             )
+    if log is not None:
+        log.close()
     return totals
 
 
