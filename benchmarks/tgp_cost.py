@@ -20,10 +20,10 @@ default ``method="auto"`` with the same protocol.
 ``--evaluations`` adds, after each unit, what its hyperparameter search's EP runs cost
 (the runs with the search's sweep budget ``_SEARCH_MAX_ITER``; the same measurement runs
 on commits before the factorisation budget, with ``PYTHONPATH`` set to their ``src``):
-how many converged, failed (not converged within the budget) or ran out of posterior
-factorisations, their CPU seconds, and the factorisations they made (in all and in the
-largest run) -- the measurement behind ``_SEARCH_FACTORISATIONS_PER_SWEEP``
-(docs/benchmarks.md, "Search evaluations that fail").
+how many converged, failed (not converged within the budget; either marked when the run
+entered the double loop) or ran out of posterior factorisations, their CPU seconds, and
+the factorisations they made (in all and in the largest run) -- the measurement behind
+``_SEARCH_FACTORISATIONS_PER_SWEEP`` (docs/benchmarks.md, "Search evaluations that fail").
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ class SearchRunLog:
         from robustep.posterior import DensePrior
 
         self.regressor, self.prior_cls = regressor, DensePrior
-        self.runs = []  # (outcome, CPU s, factorisations)
+        # (outcome, CPU s, factorisations); outcome: converged or failed (either "in the
+        # double loop" when the run entered it), or budget (out of factorisations)
+        self.runs = []
         self.factorisations = 0
         self._infer = regressor.StudentTGPRegressor._infer
         self._posterior = DensePrior.posterior
@@ -69,6 +71,8 @@ class SearchRunLog:
                 log.runs.append(("budget", time.process_time() - t0, log.factorisations - f0))
                 raise
             outcome = "converged" if res.converged else "failed"
+            if "double-loop" in getattr(res, "history", {}).get("phase", ()):
+                outcome += " in the double loop"
             log.runs.append((outcome, time.process_time() - t0, log.factorisations - f0))
             return res
 
@@ -82,7 +86,7 @@ class SearchRunLog:
     def summary(self):
         """One line per outcome: runs, CPU s, factorisations (and the largest run's)."""
         parts = []
-        for outcome in ("converged", "failed", "budget"):
+        for outcome in sorted({r[0] for r in self.runs}):
             runs = [r for r in self.runs if r[0] == outcome]
             if runs:
                 parts.append(

@@ -90,10 +90,9 @@ _SEARCH_FTOL = 1e-6
 # sweep.  A sweep factorises once, plus once per step halving when a trial step would make
 # the posterior indefinite or a cavity improper (up to 30 halvings per sweep with Student-t
 # sites), so a run that fails within the sweep budget could still cost 250-390
-# factorisations.  In six tgp-benchmark units (EP1 on concrete folds 0-1, Boston folds 0-1
-# and Friedman set 1, EP2 on Boston fold 0; docs/benchmarks.md, "Search evaluations that
-# fail") no search evaluation that converged used more than 51 (1.0-2.0 per sweep), while
-# the failed ones used up to 390 and 60-75% of EP's time.
+# factorisations.  In six tgp-benchmark units no search run that converged used more than
+# 39 (1.0-2.0 per sweep), while on concrete fold 0 the failed ones used up to 388 and three
+# quarters of the search's EP time (docs/benchmarks.md, "Search evaluations that fail").
 _SEARCH_FACTORISATIONS_PER_SWEEP = 2
 # EP sweeps at most in the final fit and in the first evaluation of each search start.
 _FINAL_MAX_ITER = 1000
