@@ -46,7 +46,8 @@ class SearchRunLog:
 
         self.regressor, self.prior_cls = regressor, DensePrior
         # (outcome, CPU s, factorisations); outcome: converged or failed (either "in the
-        # double loop" when the run entered it), or budget (out of factorisations)
+        # double loop" when the run entered it), or budget (out of factorisations; an
+        # "auto" run that ran out in a stage counts as failed)
         self.runs = []
         self.factorisations = 0
         self._infer = regressor.StudentTGPRegressor._infer
@@ -58,20 +59,17 @@ class SearchRunLog:
             return log._posterior(prior, *args, **kwargs)
 
         # a search run has the search's sweep budget (also before the search= argument)
-        out_of_budget = getattr(regressor, "_SearchBudgetExceeded", ())
 
         def infer(est, *args, **kwargs):
             search = kwargs.get("max_iter") == regressor._SEARCH_MAX_ITER
             if not (search and est.method in ("ep", "fractional", "auto")):
                 return log._infer(est, *args, **kwargs)
             t0, f0 = time.process_time(), log.factorisations
-            try:
-                res = log._infer(est, *args, **kwargs)
-            except out_of_budget:
-                log.runs.append(("budget", time.process_time() - t0, log.factorisations - f0))
-                raise
+            res = log._infer(est, *args, **kwargs)
             outcome = "converged" if res.converged else "failed"
-            if "double-loop" in getattr(res, "history", {}).get("phase", ()):
+            if "(max_factorisations)" in res.message:  # the engine's status in the message
+                outcome = "budget"
+            elif "double-loop" in res.history["phase"]:
                 outcome += " in the double loop"
             log.runs.append((outcome, time.process_time() - t0, log.factorisations - f0))
             return res

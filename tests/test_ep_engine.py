@@ -18,6 +18,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from robustep.ep import EPResult, expectation_propagation, log_Z_gradient
 from robustep.likelihoods import Gaussian, Logistic, NoisyStep, Probit, StudentT
+from robustep.posterior import DensePrior
 
 
 # --------------------------------------------------------------------------- data
@@ -739,6 +740,44 @@ def test_double_loop_rejects_unknown_values(bad):
     K, y = np.eye(3), np.ones(3)
     with pytest.raises(ValueError, match='double_loop must be None, True, False or "never"'):
         expectation_propagation(K, y, StudentT(4.0, 0.3), double_loop=bad)
+
+
+class _CountingPrior(DensePrior):
+    """A dense prior that counts its posterior factorisations."""
+
+    calls = 0
+
+    def posterior(self, *args, **kwargs):
+        self.calls += 1
+        return super().posterior(*args, **kwargs)
+
+
+@pytest.mark.parametrize("budget", [0, 5, 40])
+def test_max_factorisations_stops_the_run_at_its_budget(budget):
+    K, y, lik = _stalling_student_t()  # the automatic choice needs far more than 40
+    prior = _CountingPrior(K)
+    with pytest.warns(ConvergenceWarning, match="max_factorisations"):
+        res = expectation_propagation(prior, y, lik, max_iter=300, max_factorisations=budget)
+    assert prior.calls == max(budget, 1) == res.n_factorisations  # the initial one always
+    assert not res.converged
+    assert np.isfinite(res.log_Z) and np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+    # the state kept is the last accepted sweep's
+    assert res.n_iter == len(res.history["residual"])
+
+
+def test_max_factorisations_leaves_a_run_within_it_unchanged():
+    _, K, y, lik = _jylanki_example2()
+    free = _ep(K, y, lik, tol=1e-6)
+    prior = _CountingPrior(K)
+    _ep(prior, y, lik, tol=1e-6)
+    bounded = _ep(K, y, lik, tol=1e-6, max_factorisations=prior.calls)
+    np.testing.assert_array_equal(bounded.site_precision, free.site_precision)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "10"])
+def test_max_factorisations_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="max_factorisations must be None or an integer"):
+        expectation_propagation(np.eye(3), np.ones(3), StudentT(4.0, 0.3), max_factorisations=bad)
 
 
 def test_indefinite_K_does_not_hang(monkeypatch):

@@ -391,3 +391,15 @@ def test_triangular_inverse_of_a_singular_factor_is_a_clear_error(n):
     L[n // 2, n // 2] = 0.0
     with pytest.raises(np.linalg.LinAlgError, match="singular triangular factor"):
         triangular_inverse(L)
+
+
+def test_plus_diagonal_is_a_plus_diag_and_leaves_a_alone():
+    from robustep.linalg import plus_diagonal
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(5, 5))
+    A_before = A.copy()
+    d = rng.uniform(size=5)
+    np.testing.assert_array_equal(plus_diagonal(A, d), A + np.diag(d))
+    np.testing.assert_array_equal(A, A_before)
+    np.testing.assert_array_equal(plus_diagonal(A, 2.0), A + 2.0 * np.eye(5))

@@ -269,19 +269,6 @@ def test_failed_search_is_reported(monkeypatch):
     assert est.scale_ == 0.5 and est.kernel_.theta == pytest.approx(kernel.theta)
 
 
-def test_search_prior_stops_after_its_factorisations():
-    from robustep.estimators.student_t_regressor import _BudgetedPrior, _SearchBudgetExceeded
-
-    K = np.eye(3) + 0.5
-    prior = _BudgetedPrior(K, 2)
-    for _ in range(2):
-        post = prior.posterior(np.full(3, 0.5), np.ones(3))
-        assert np.all(np.isfinite(post.mean))
-    with pytest.raises(_SearchBudgetExceeded):
-        prior.posterior(np.full(3, 0.5), np.ones(3))
-    assert issubclass(_SearchBudgetExceeded, ArithmeticError)  # a failed evaluation
-
-
 def test_search_evaluation_out_of_factorisations_is_a_failed_evaluation(monkeypatch):
     """With no factorisations allowed, every search evaluation after the first (which has
     the final fit's budget) fails: the fit still ends, at the starting hyperparameters."""

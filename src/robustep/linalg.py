@@ -193,6 +193,15 @@ def blas_matmul(A, B):
 _SCALE_BLOCK_ROWS = 256
 
 
+def plus_diagonal(A, d):
+    """A + diag(d) as a new (n, n) float array, without forming the (n, n) diag(d).
+
+    A : (n, n), not modified; d : (n,) or a scalar."""
+    out = np.array(A, dtype=float)
+    out.flat[:: out.shape[0] + 1] += d
+    return out
+
+
 def identity_plus_scaled(K, w):
     """B = I + diag(w) K diag(w) for symmetric K (n, n) and w (n,), ready for LAPACK.
 

@@ -42,7 +42,7 @@ from scipy.special import gammaln
 from sklearn.utils import check_random_state
 
 from robustep.likelihoods import StudentT
-from robustep.linalg import jittered_cholesky
+from robustep.linalg import jittered_cholesky, plus_diagonal
 
 __all__ = [
     "MCMCResult",
@@ -375,7 +375,7 @@ class MCMCResult:
                 k = self.kernel.clone_with_theta(self.kernel_theta[s])
                 cache = {key: (k(self.X), k(X_test, self.X), k.diag(X_test))}
             K, Ks, kss = cache[key]
-            Lc = _chol(K + np.diag(self.V[s]))
+            Lc = _chol(plus_diagonal(K, self.V[s]))
             a = linalg.cho_solve((Lc, True), self.y, check_finite=False)
             v = linalg.solve_triangular(Lc, Ks.T, lower=True, check_finite=False)
             means.append(Ks @ a)
@@ -498,9 +498,7 @@ def gibbs_student_t_gp(
             # 1. f | V  (Matheron's rule: exact draw from N(K(K+V)^-1 y, K - K(K+V)^-1 K))
             f0 = L_K @ rng.standard_normal(n)
             e = np.sqrt(V) * rng.standard_normal(n)
-            KV = K.copy()
-            KV.flat[:: n + 1] += V  # K + diag(V) without an (n, n) diagonal matrix
-            Lc = _chol(KV)
+            Lc = _chol(plus_diagonal(K, V))
             f = f0 + K @ linalg.cho_solve((Lc, True), y - f0 - e, check_finite=False)
             r2 = (y - f) ** 2
             if sample_hyperparameters:

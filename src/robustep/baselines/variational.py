@@ -44,7 +44,7 @@ from sklearn.exceptions import ConvergenceWarning
 from robustep.baselines import _student_t as st
 from robustep.kernel_gradient import KernelWithGradient, contract_kernel_gradient
 from robustep.likelihoods import StudentT
-from robustep.linalg import jittered_cholesky, lower_gram, triangular_inverse
+from robustep.linalg import jittered_cholesky, lower_gram, plus_diagonal, triangular_inverse
 
 __all__ = [
     "VBResult",
@@ -70,9 +70,7 @@ class _HeteroscedasticGP:
     noise: np.ndarray
 
     def __post_init__(self):
-        Ky = np.array(self.K, dtype=float)  # K + Gamma, without an (n, n) diagonal matrix
-        Ky.flat[:: Ky.shape[0] + 1] += self.noise
-        self.Lc = _cholesky(Ky)
+        self.Lc = _cholesky(plus_diagonal(self.K, self.noise))  # K + Gamma
         self.alpha = linalg.cho_solve((self.Lc, True), self.y, check_finite=False)
         Linv = triangular_inverse(self.Lc)  # n^3/3 flops (a solve against I takes n^3)
         self.Kyinv_diag = np.sum(Linv**2, axis=0)

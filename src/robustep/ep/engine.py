@@ -89,6 +89,7 @@ class _Evaluation:
 def _evaluate(ctx, precision, shift, ref=None, post=None):
     """Factorise the posterior and run the site update rule at all valid cavities."""
     if post is None:
+        ctx.count_factorisation()
         post = ctx.prior.posterior(precision, shift)
     if ref is None:
         ref_precision, ref_shift = 1.0 / post.var, post.mean / post.var
@@ -148,6 +149,10 @@ def _evaluate(ctx, precision, shift, ref=None, post=None):
     )  # fmt: skip
 
 
+class _OutOfFactorisations(Exception):
+    """Internal: the run used up ``max_factorisations`` (caught in expectation_propagation)."""
+
+
 @dataclasses.dataclass
 class _Context:
     prior: GaussianPrior
@@ -173,10 +178,22 @@ class _Context:
     stopped_by_callback: bool = False
     mean_sweeps: int = 0  # O(n^2) mean sweeps after each robust parallel sweep (_mean_sweeps)
     pending_mean_sweeps: int = 0  # mean sweeps made since the last recorded sweep
+    n_factorisations: int = 0
+    # posterior factorisations allowed in all, checked once the initial state exists
+    # (None: no limit, or not checked yet)
+    max_factorisations: int | None = None
+    last: object = None  # the latest accepted evaluation: the state kept when out of budget
+
+    def count_factorisation(self):
+        """Count one posterior factorisation; raise _OutOfFactorisations past the budget."""
+        if self.max_factorisations is not None and self.n_factorisations >= self.max_factorisations:
+            raise _OutOfFactorisations
+        self.n_factorisations += 1
 
     def record(self, phase, ev, change, step, residual=None):
         """Append one sweep to the history; return True if the callback asks to stop."""
         residual = ev.residual if residual is None else residual
+        self.last = ev
         h = self.history
         h["max_change"].append(float(change))
         h["residual"].append(float(residual))
@@ -683,6 +700,16 @@ def _check_double_loop(double_loop):
     raise ValueError(f'double_loop must be None, True, False or "never", got {double_loop!r}')
 
 
+def _check_max_factorisations(max_factorisations):
+    if max_factorisations is None:
+        return None
+    if not (isinstance(max_factorisations, numbers.Integral) and max_factorisations >= 0):
+        raise ValueError(
+            f"max_factorisations must be None or an integer >= 0, got {max_factorisations!r}"
+        )
+    return int(max_factorisations)
+
+
 def _check_mean_sweeps(mean_sweeps, site_update):
     if isinstance(mean_sweeps, str) and mean_sweeps == "auto":
         return 3 if site_update is None else 0
@@ -732,6 +759,7 @@ def expectation_propagation(
     double_loop=None,
     max_inner=2,
     mean_sweeps="auto",
+    max_factorisations=None,
 ):
     """Expectation propagation for p(f) = N(0, K) and sites p(y_i | f_i).
 
@@ -801,6 +829,15 @@ def expectation_propagation(
         (``site_update=None``), 0 with a custom update rule.  They run with ``robust=True``
         only (``robust=False`` is plain parallel EP) and are not counted in ``n_iter``;
         ``history["mean_sweeps"]`` has the number kept after each sweep.
+    max_factorisations : None (no limit) or an integer >= 0: at most this many posterior
+        factorisations in all (the initial posterior is always formed and counted).
+        ``max_iter`` counts accepted sweeps only, while a parallel sweep whose trial step
+        makes the posterior indefinite or a cavity improper halves the step and factorises
+        again (up to 30 times) and the double loop's line search factorises once per
+        trial; this bounds the work.  A run that reaches it stops at its latest accepted
+        state, not converged, status "max_factorisations" (``n_factorisations`` of the
+        result counts them).  For the inner runs of a hyperparameter search, which discard
+        a run that does not converge within a small budget.
 
     Returns
     -------
@@ -813,6 +850,7 @@ def expectation_propagation(
     ctx = _Context(prior, y, likelihood, rule, float(power), float(damping), float(tol),
                    int(max_iter), callback)  # fmt: skip
     ctx.mean_sweeps = _check_mean_sweeps(mean_sweeps, site_update)
+    budget = _check_max_factorisations(max_factorisations)
     subset = isinstance(init, str) and init == "subset"
     if subset:
         init = resolve_subset_start(
@@ -826,7 +864,22 @@ def expectation_propagation(
         if not subset:  # the subset start is a heuristic: fall back quietly
             warnings.warn("init gives an invalid posterior; starting from the prior", stacklevel=2)
         ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
+    ctx.last, ctx.max_factorisations = ev, budget
+    try:
+        ev, status = _run(ctx, ev, schedule, robust, site_update, double_loop,
+                          no_double_loop, n_parallel_init, max_inner)  # fmt: skip
+    except _OutOfFactorisations:
+        ev, status = ctx.last, "max_factorisations"
+    ctx.max_factorisations = None  # describing the final state is not budgeted
+    result = _finish(ctx, ev, status)
+    # array backends: K given as a torch / CuPy / ... array -> results of that kind
+    convert = getattr(ctx.prior, "convert_result", None)
+    return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
 
+
+def _run(ctx, ev, schedule, robust, site_update, double_loop, no_double_loop,
+         n_parallel_init, max_inner):  # fmt: skip
+    """The chosen schedule from the initial evaluation ``ev``: (evaluation, status)."""
     if schedule == "sequential":
         ev, status = _run_sequential(ctx, ev, robust=robust)
     else:
@@ -842,7 +895,7 @@ def expectation_propagation(
                 # Damped parallel initialisation: undamped (or the user's damping) first; when
                 # the sweeps stall or oscillate, halve the step twice before the double loop.
                 ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=2)
-            if status in ("stalled", "max_iter") and ctx.n_iter < max_iter:
+            if status in ("stalled", "max_iter") and ctx.n_iter < ctx.max_iter:
                 ev, status = _run_double_loop(
                     ctx, _evaluate(ctx, ev.precision, ev.shift), max_inner=max_inner
                 )
@@ -851,11 +904,8 @@ def expectation_propagation(
             # line-search, so a stall only halves the step (up to five times).
             ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=5)
         else:
-            ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=max_iter)
-    result = _finish(ctx, ev, status)
-    # array backends: K given as a torch / CuPy / ... array -> results of that kind
-    convert = getattr(ctx.prior, "convert_result", None)
-    return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
+            ev, status = _run_parallel(ctx, ev, robust=robust, max_sweeps=ctx.max_iter)
+    return ev, status
 
 
 def _finish(ctx, ev, status):
@@ -904,6 +954,7 @@ def _finish(ctx, ev, status):
         log_Z=log_Z,
         converged=converged,
         n_iter=ctx.n_iter,
+        n_factorisations=ctx.n_factorisations,
         history=ctx.history,
         site_info=ev.info,
         power=ctx.power,

@@ -33,6 +33,8 @@ class EPResult:
     n_invalid_cavities : sites whose cavity precision was not positive at the end.
     message : human-readable summary of how the run ended.
     posterior : the :class:`robustep.posterior.SitePosterior` (dense, low-rank, ...).
+    n_factorisations : posterior factorisations made, the initial one included (0 where
+        the producer does not count them).
     """
 
     mean: np.ndarray
@@ -50,6 +52,7 @@ class EPResult:
     n_invalid_cavities: int
     message: str
     posterior: SitePosterior = dataclasses.field(repr=False)
+    n_factorisations: int = 0
 
     def posterior_covariance(self) -> np.ndarray:
         """Full posterior covariance Sigma, shape (n, n)."""

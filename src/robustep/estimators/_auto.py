@@ -88,6 +88,7 @@ def auto_expectation_propagation(
     patience=20,
     block=50,
     double_loop=True,
+    max_factorisations=None,
 ):
     """Run the ``method="auto"`` chain (module docstring) and return an ``EPResult``.
 
@@ -100,7 +101,9 @@ def auto_expectation_propagation(
     patience : stage 1 stops after this many sweeps without a new smallest residual;
     block : sweeps per damping level in stage 2;
     double_loop : False skips stage 3, for the inner runs of a hyperparameter search, which
-    discard a run that does not converge within a small budget anyway.
+    discard a run that does not converge within a small budget anyway;
+    max_factorisations : posterior factorisations allowed *per stage*, as ``max_iter``
+    (:func:`robustep.ep.expectation_propagation`; stage 2's runs share theirs).
     """
     from robustep.ep import expectation_propagation
     from robustep.ep.subset_start import resolve_subset_start
@@ -112,12 +115,14 @@ def auto_expectation_propagation(
     results = []
     total = 0
 
-    def run(**kwargs):
+    def run(budget=max_factorisations, **kwargs):
         nonlocal total
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            res = expectation_propagation(K, y, likelihood, tol=tol, **kwargs)
+            res = expectation_propagation(
+                K, y, likelihood, tol=tol, max_factorisations=budget, **kwargs
+            )
         total += int(res.n_iter)
         return res
 
@@ -143,6 +148,7 @@ def auto_expectation_propagation(
     # 2. damped EP with adaptive damping, warm-started
     damping, used, best, start = 0.5, 0, np.inf, init
     n_damped = 0
+    left = max_factorisations  # the stage's budget, shared by its runs as max_iter is
     while used < max_iter:
         res = run(
             schedule=schedule,
@@ -150,8 +156,13 @@ def auto_expectation_propagation(
             damping=damping,
             max_iter=min(block, max_iter - used),
             init=start,
+            budget=left,
         )
         used += int(res.n_iter)
+        if left is not None:
+            left -= res.n_factorisations
+            if left <= 0:
+                break
         n_damped += int(res.n_iter)
         if res.converged or int(res.n_iter) == 0:
             break

@@ -86,13 +86,15 @@ _SEARCH_MAX_ITER = 30
 # SciPy's default, 2.2e-9, spent 15-30% of a Boston search on improvements below
 # 1e-3 nats (docs/benchmarks.md, "tgp-benchmark --full").
 _SEARCH_FTOL = 1e-6
-# Posterior factorisations at most per EP run inside the hyperparameter search, per allowed
-# sweep.  A sweep factorises once, plus once per step halving when a trial step would make
-# the posterior indefinite or a cavity improper (up to 30 halvings per sweep with Student-t
-# sites), so a run that fails within the sweep budget could still cost 250-390
-# factorisations.  In six tgp-benchmark units no search run that converged used more than
-# 39 (1.0-2.0 per sweep), while on concrete fold 0 the failed ones used up to 388 and three
-# quarters of the search's EP time (docs/benchmarks.md, "Search evaluations that fail").
+# Posterior factorisations at most (the initial one included) per EP run inside the
+# hyperparameter search (per stage of the "auto" chain), per allowed sweep: the engine's
+# ``max_factorisations``.  A sweep factorises once, plus once per step halving when a trial
+# step would make the posterior indefinite or a cavity improper (up to 30 halvings per
+# sweep with Student-t sites), so a run that fails within the sweep budget could still
+# cost 250-390 factorisations.  In six tgp-benchmark units no search run that converged
+# used more than 39 (1.0-2.0 per sweep), while on concrete fold 0 the failed ones used up
+# to 388 and three quarters of the search's EP time (docs/benchmarks.md, "Search
+# evaluations that fail").
 _SEARCH_FACTORISATIONS_PER_SWEEP = 2
 # EP sweeps at most in the final fit and in the first evaluation of each search start.
 _FINAL_MAX_ITER = 1000
@@ -127,26 +129,6 @@ def _df_grid_order(grid):
         (int(rank[k]), float(grid[rank[k]]), None if k == 0 else int(rank[k - 1]))
         for k in range(rank.size)
     ]
-
-
-class _SearchBudgetExceeded(FloatingPointError):
-    """A search evaluation's EP run used up its factorisations (a failed evaluation)."""
-
-
-class _BudgetedPrior(DensePrior):
-    """The dense prior of one search evaluation: at most ``budget`` posterior factorisations,
-    then :class:`_SearchBudgetExceeded` (which the search's objective treats as a failed
-    evaluation).  K is not checked (it comes from a scikit-learn kernel)."""
-
-    def __init__(self, K, budget):
-        super().__init__(K, check=False)
-        self.left = int(budget)
-
-    def posterior(self, site_precision, site_shift, **kwargs):
-        self.left -= 1
-        if self.left < 0:
-            raise _SearchBudgetExceeded("search evaluation out of factorisations")
-        return super().posterior(site_precision, site_shift, **kwargs)
 
 
 def _validate(estimator, X, y=None, reset=True):
@@ -493,8 +475,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         ``tol`` is EP's site-change tolerance (looser inside the hyperparameter search).
         ``search``: an evaluation inside the hyperparameter search, whose run is discarded
         when it does not converge within ``max_iter``: EP then never starts the double
-        loop and raises :class:`_SearchBudgetExceeded` after
-        ``_SEARCH_FACTORISATIONS_PER_SWEEP * max_iter`` posterior factorisations."""
+        loop and stops, not converged, after ``_SEARCH_FACTORISATIONS_PER_SWEEP *
+        max_iter`` posterior factorisations (per stage of the "auto" chain)."""
         y = self._y
         m = self.method
         with warnings.catch_warnings():
@@ -509,24 +491,21 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     # the engine's O(n^3) PSD check, once per optimiser evaluation
                     if not np.all(np.isfinite(K)):
                         raise ValueError("K contains NaN or inf; check the kernel")
-                    if search:  # "auto" runs two stages of max_iter sweeps each
-                        stages = 2 if m == "auto" else 1
-                        K = _BudgetedPrior(
-                            K, _SEARCH_FACTORISATIONS_PER_SWEEP * stages * max_iter
-                        )  # fmt: skip
-                    else:
-                        K = DensePrior(K, check=False)
+                    K = DensePrior(K, check=False)
+                # a search run never starts the double loop and has bounded work
+                budget = _SEARCH_FACTORISATIONS_PER_SWEEP * max_iter if search else None
                 if m == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
                     from robustep.estimators._auto import auto_expectation_propagation
 
                     res = auto_expectation_propagation(
                         K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol,
-                        double_loop=not search,
+                        double_loop=not search, max_factorisations=budget,
                     )  # fmt: skip
                 else:
                     res = expectation_propagation(
                         K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter,
                         tol=tol, double_loop="never" if search else None,
+                        max_factorisations=budget,
                     )  # fmt: skip
                 res.log_marginal_likelihood = float(res.log_Z)
                 return res
@@ -635,7 +614,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                     budget = _FINAL_MAX_ITER if warm_start is None else _WARM_FIRST_MAX_ITER
                 res = self._infer(
                     K, d, s, warm=warm_start, max_iter=budget, tol=_SEARCH_TOL,
-                    search=budget == _SEARCH_MAX_ITER,
+                    search=not first,
                 )  # fmt: skip
                 if first and warm_start is not None and must_converge and not res.converged:
                     # nothing to back off to yet: try the start once more from cold
