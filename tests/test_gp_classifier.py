@@ -156,7 +156,10 @@ def test_rep_evidence_gradient_error_where_rep_relaxes():
     """
     X, y = _data(n=20, flip=2)
     for c, max_rel in ((0.01, 0.05), (0.005, 0.2)):
-        clf = GPClassifier(KERNEL, method="rep", relaxation=c, optimizer=None, tol=1e-8,
+        # tol 1e-7, not 1e-8: with c = 0.005 the site residual stalls at 1-3e-8 (rounding
+        # of the relaxed sites' l1 argmin), so whether 1e-8 is met depends on the last
+        # bits of the linear algebra
+        clf = GPClassifier(KERNEL, method="rep", relaxation=c, optimizer=None, tol=1e-7,
                            max_iter=2000).fit(X, y)  # fmt: skip
         assert clf.converged_ and np.any(clf.relaxation_b_ > 0)
         theta = clf.kernel_.theta

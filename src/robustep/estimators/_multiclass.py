@@ -21,12 +21,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy import optimize
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from robustep import diagnostics
+from robustep.estimators._optimizer import run_optimizer
 
 __all__ = ["MultinomialCore", "fit_one_vs_rest", "multinomial_supported"]
 
@@ -58,7 +58,7 @@ class MultinomialCore:
     latent GPs; the caller passes a clone), ``damping`` (float, or "adaptive": start at 0.3,
     blocks of 50 iterations, the damping moving halfway to 1 after a block without
     progress),
-    ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b" or None),
+    ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b", a callable or None),
     ``n_restarts_optimizer``, ``random_state``, ``label_noise`` (ε > 0: the label-noise
     multinomial probit by :func:`robustep.ep.multiclass_general.robust_nested_ep`, general
     c x c sites, possibly indefinite; ε = 0: nested EP, the same code as without it),
@@ -193,9 +193,9 @@ class MultinomialCore:
         best_theta, best_value = self.kernel.theta, np.inf
         for start in starts:
             self._warm = None
-            sol = optimize.minimize(obj, start, method="L-BFGS-B", jac=True, bounds=bounds)
-            if sol.fun < best_value:
-                best_theta, best_value = sol.x, sol.fun
+            x, value = run_optimizer(self.optimizer, obj, start, bounds)
+            if value < best_value:
+                best_theta, best_value = x, value
         if self._best[1] is not None and self._best[0] >= -best_value:
             best_theta = self._best[1]
         self.kernel = self._with_theta(best_theta)

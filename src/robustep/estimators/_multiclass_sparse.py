@@ -33,7 +33,8 @@ class SparseMultinomialCore:
     Parameters: ``kernel`` (one scikit-learn kernel shared by the classes; the caller
     passes a clone), ``inducing_points`` (int m or (m, d) array), ``optimize_inducing``,
     ``damping`` (float, or "adaptive" as in MultinomialCore), ``max_iter``, ``tol``,
-    ``optimizer`` ("fmin_l_bfgs_b" or None), ``n_restarts_optimizer``, ``random_state``.
+    ``optimizer`` ("fmin_l_bfgs_b", a callable or None), ``n_restarts_optimizer``,
+    ``random_state``.
 
     After :meth:`fit`: ``kernel`` (fitted), ``Z`` (m, d) the inducing inputs (optimised or
     not), ``jitter`` (the K_mm jitter of the fit), ``result``
@@ -130,7 +131,7 @@ class SparseMultinomialCore:
                     s = x0.copy()
                     s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
                     starts.append(s)
-            x, _, best = _sparse.optimise(obj, x0, bounds, starts)
+            x, _, best = _sparse.optimise(obj, x0, bounds, starts, optimizer=self.optimizer)
             self.kernel, _, Z = obj.unpack(x)
             init = None if best is None else (best.alpha, best.beta)
         self.Z = np.array(Z, dtype=float)

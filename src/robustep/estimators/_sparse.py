@@ -11,9 +11,10 @@ made in row batches (O(batch * m) memory, never an n x n or p x n array).
 Inducing inputs: an int m gives the centres of ``MiniBatchKMeans(m)`` on the training
 inputs (seeded by ``random_state``), an (m, d) array gives them directly; with an optimizer
 and ``optimize_inducing=True`` they are optimised jointly with the hyperparameters by
-L-BFGS-B.  The jitter added to K_mm is fixed for a whole fit at 1e-6 times the mean prior
-variance of the initial inducing inputs, so that every evaluation of the optimiser uses
-the same model and the gradient is exact for it.
+L-BFGS-B (or the estimator's callable ``optimizer``).  The jitter added to K_mm is
+fixed for a whole fit at 1e-6 times the mean prior variance of the initial inducing
+inputs, so that every evaluation of the optimiser uses the same model and the gradient
+is exact for it.
 
 ``inducing_power=α < 1`` replaces FITC-EP by power EP with power α on the pseudo-point
 posterior (Bui, Yan & Turner 2017; :mod:`robustep.ep.sparse_power`, docs/derivations/
@@ -27,11 +28,11 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy import optimize
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
 from robustep.estimators._auto import warn_if_not_converged
+from robustep.estimators._optimizer import run_optimizer
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
 from robustep.posterior.sparse import FITCPrior
 
@@ -298,19 +299,22 @@ class _Objective:
         return -value, -grad
 
 
-def optimise(objective, x0, bounds, starts=(), maxiter=200):
-    """L-BFGS-B from x0 and each extra start; returns (x_best, value, result) of the best."""
+def optimise(objective, x0, bounds, starts=(), maxiter=200, optimizer="fmin_l_bfgs_b",
+             callable_bounds=None):  # fmt: skip
+    """L-BFGS-B (at most ``maxiter`` iterations), or the user's callable ``optimizer``
+    (:mod:`robustep.estimators._optimizer`), from x0 and each extra start; returns
+    (x_best, value, result) of the best evaluation."""
     best = (np.inf, x0, None)
     for start in [x0, *starts]:
         objective.warm = None
         objective.best = (np.inf, None, None)
-        out = optimize.minimize(
-            objective, start, jac=True, method="L-BFGS-B", bounds=bounds,
-            options={"maxiter": maxiter},
+        x_opt, f_opt = run_optimizer(
+            optimizer, objective, start, bounds, options={"maxiter": maxiter},
+            callable_bounds=callable_bounds,
         )  # fmt: skip
         f, x, res = objective.best
         if x is None:
-            f, x = float(out.fun), np.asarray(out.x, float)
+            f, x = f_opt, x_opt
         if f < best[0]:
             best = (f, x, res)
     return best[1], best[0], best[2]
@@ -423,7 +427,7 @@ def fit_classifier(est):
                     s = x0.copy()
                     s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
                     starts.append(s)
-            x, _, best_res = optimise(obj, x0, bounds, starts)
+            x, _, best_res = optimise(obj, x0, bounds, starts, optimizer=est.optimizer)
             kernel, _, Z = obj.unpack(x)
             est.kernel_ = kernel
             init = None if best_res is None else (best_res.site_precision, best_res.site_shift)
@@ -481,11 +485,6 @@ def check_regressor(est):
         raise ValueError(
             "df_grid (EP3) is not available with inducing_points; use optimize_df=True "
             "(EP2) or inducing_points=None"
-        )
-    if callable(est.optimizer):
-        raise ValueError(
-            "a callable optimizer is not supported with inducing_points; use "
-            "optimizer='fmin_l_bfgs_b' or None"
         )
 
 
@@ -563,7 +562,10 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
             s[:p] = rng.uniform(lo, hi)
             starts.append(np.concatenate([s, Z.ravel() if opt_Z else []]))
         x0 = np.concatenate([x0, Z.ravel() if opt_Z else []])
-        x, _, best = optimise(obj, x0, opt_bounds + _free_bounds(Z, opt_Z), starts)
+        x, _, best = optimise(
+            obj, x0, opt_bounds + _free_bounds(Z, opt_Z), starts, optimizer=est.optimizer,
+            callable_bounds=[tuple(b) for b in bounds] + _free_bounds(Z, opt_Z),
+        )  # fmt: skip
         est._record_bounds(kernel, x[: p + n_lik], bounds, fit_df)
         kernel, lp, Z = obj.unpack(x)
         lik = lik_of(lp)

@@ -21,7 +21,7 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy import linalg, optimize, special
+from scipy import linalg, special
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
@@ -34,6 +34,7 @@ from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._auto import warn_if_not_converged
+from robustep.estimators._optimizer import run_optimizer
 from robustep.linalg import cholesky_inverse
 from robustep.posterior import DensePrior
 
@@ -123,9 +124,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Maximum EP sweeps (Newton iterations for Laplace).
     tol : float
         Convergence tolerance on the largest change of site natural parameters.
-    optimizer : "fmin_l_bfgs_b" or None
+    optimizer : "fmin_l_bfgs_b", callable or None
         Maximise the approximate log marginal likelihood over the kernel's log
-        hyperparameters with its analytic gradient; None keeps the kernel fixed.
+        hyperparameters (and the inducing inputs, see ``optimize_inducing``) with its
+        analytic gradient; None keeps the kernel fixed.  A callable is called as
+        ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)`` like
+        scikit-learn's GaussianProcessClassifier (``obj_func(theta, eval_gradient=True)``
+        returns the negative evidence and its gradient; ``bounds`` is a (k, 2) array,
+        ±inf for the inducing inputs), e.g. to cap the search's iterations.
     n_restarts_optimizer : int
         Extra optimiser starts drawn log-uniformly within the kernel's bounds.
     random_state : int, RandomState or None
@@ -229,7 +235,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "schedule": [StrOptions({"parallel", "sequential"})],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0.0, None, closed="neither")],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), None],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
         "multi_class": [StrOptions({"auto", "multinomial", "one_vs_rest"})],
@@ -593,9 +599,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         best_theta, best_value = self.kernel_.theta, np.inf
         for start in starts:
             self._warm_start = None
-            sol = optimize.minimize(obj, start, method="L-BFGS-B", jac=True, bounds=bounds)
-            if sol.fun < best_value:
-                best_theta, best_value = sol.x, sol.fun
+            x, value = run_optimizer(self.optimizer, obj, start, bounds)
+            if value < best_value:
+                best_theta, best_value = x, value
         if self._best_eval[1] is not None and self._best_eval[0] >= -best_value:
             best_theta = self._best_eval[1]  # the best evaluation (L-BFGS-B's x or better)
         self.kernel_ = self.kernel_.clone_with_theta(best_theta)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from functools import partial
 
 import numpy as np
-from scipy.optimize import fmin_l_bfgs_b
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, WhiteKernel
@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data
+from robustep.estimators._optimizer import run_optimizer
 from robustep.estimators.bpm import _binary_labels, _noisy_step_proba
 from robustep.tep.process import (
     process_log_marginal_likelihood,
@@ -59,7 +60,9 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
     kernel : sklearn kernel or None (None: :func:`default_kernel`, eq. 44).
     df : float > 0 or np.inf (np.inf: Gaussian process classification with EP).
     label_noise : eps in [0, 0.5).
-    optimizer : "fmin_l_bfgs_b" or None (keep the kernel's hyperparameters).
+    optimizer : "fmin_l_bfgs_b", callable or None (keep the kernel's hyperparameters).
+        A callable is called as ``optimizer(obj_func, initial_theta, bounds) ->
+        (theta_opt, func_min)`` like scikit-learn's GaussianProcessClassifier.
     n_restarts_optimizer : extra L-BFGS starts from log-uniform draws within the bounds.
     max_iter, tol : EP iterations / threshold on the largest site change.
     random_state : seed or RandomState for the restarts.
@@ -121,7 +124,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         "kernel": [None, Kernel],
         "df": [Interval(numbers.Real, 0, np.inf, closed="right")],
         "label_noise": [Interval(numbers.Real, 0, 0.5, closed="left")],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), None],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
@@ -316,12 +319,12 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
             best, warm = None, None
             for theta0 in starts:
                 cache = {}
-                theta_opt, f_opt, _ = fmin_l_bfgs_b(
-                    self._objective,
+                theta_opt, f_opt = run_optimizer(
+                    self.optimizer,
+                    partial(self._objective, kernel=kernel, X=X, y=y_pm, cache=cache),
                     theta0,
-                    args=(kernel, X, y_pm, cache),
-                    bounds=bounds,
-                    maxiter=50,
+                    bounds,
+                    options={"maxiter": 50},
                 )
                 # The optimiser "could not move" if no evaluation converged, or if it
                 # stayed at its start after rejecting points (EP failed there): the start
