@@ -41,7 +41,7 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy import linalg, optimize, special
+from scipy import linalg, special
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
@@ -52,6 +52,7 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
+from robustep.estimators._optimizer import run_optimizer
 from robustep.kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.posterior import DensePrior
@@ -300,7 +301,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         None keeps kernel, ``df`` and ``scale`` exactly as given (for ``"mcmc"``:
         hyperparameters are not sampled).  A callable is called as
         ``optimizer(obj_func, initial_theta, bounds) -> (theta_opt, func_min)`` like
-        scikit-learn's GaussianProcessRegressor.
+        scikit-learn's GaussianProcessRegressor, over [kernel log hyperparameters,
+        log sigma, log nu (``optimize_df``), the inducing inputs (``inducing_points``
+        with ``optimize_inducing``; their rows of ``bounds`` are ±inf)].
     n_restarts_optimizer : int
         Extra optimiser runs from random initial kernel hyperparameters; the best
         approximate marginal posterior wins.
@@ -676,18 +679,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             state["warm"] = warm if j == 0 else None
             state.pop("best", None)
             state.pop("best_res", None)
-            if callable(self.optimizer):
-                x_opt, f_opt = self.optimizer(obj, x_start, bounds)
-            else:
-                out = optimize.minimize(
-                    obj,
-                    x_start,
-                    jac=True,
-                    method="L-BFGS-B",
-                    bounds=opt_bounds,
-                    options={"maxiter": 200, "ftol": _SEARCH_FTOL},
-                )
-                x_opt, f_opt = out.x, out.fun
+            x_opt, f_opt = run_optimizer(
+                self.optimizer, obj, x_start, opt_bounds,
+                options={"maxiter": 200, "ftol": _SEARCH_FTOL}, callable_bounds=bounds,
+            )  # fmt: skip
             if "best" not in state:  # no evaluation of this start succeeded
                 x_opt, f_opt = x_start, np.inf
             if best is None or f_opt < best[1]:
