@@ -101,16 +101,14 @@ def test_dense_classifier_callable_at_start_is_the_fixed_kernel_fit():
     rec = Recorder()
     est = GPClassifier(ConstantKernel(1.0) * RBF(1.0), optimizer=rec).fit(X, y)
     fixed = GPClassifier(ConstantKernel(1.0) * RBF(1.0), optimizer=None).fit(X, y)
-    (theta0, box, value, grad, _), = rec.calls
+    ((theta0, box, value, grad, _),) = rec.calls
     np.testing.assert_array_equal(box, est.kernel.bounds)
     np.testing.assert_allclose(est.kernel_.theta, fixed.kernel_.theta)
     # the objective is the negative evidence, its gradient the evidence gradient's negative
     lml, g = fixed.log_marginal_likelihood(theta0, eval_gradient=True)
     np.testing.assert_allclose(value, -lml, rtol=1e-6)
     np.testing.assert_allclose(grad, -g, rtol=1e-5, atol=1e-8)
-    np.testing.assert_allclose(
-        est.predict_proba(X), fixed.predict_proba(X), rtol=1e-6, atol=1e-8
-    )
+    np.testing.assert_allclose(est.predict_proba(X), fixed.predict_proba(X), rtol=1e-6, atol=1e-8)
 
 
 def test_sparse_classifier_callable_gets_inducing_inputs_unbounded():
@@ -119,7 +117,7 @@ def test_sparse_classifier_callable_gets_inducing_inputs_unbounded():
     est = GPClassifier(
         ConstantKernel(1.0) * RBF(1.0), inducing_points=5, optimizer=rec, random_state=0
     ).fit(X, y)
-    (theta0, box, value, grad, only), = rec.calls
+    ((theta0, box, value, grad, only),) = rec.calls
     assert theta0.shape == box.shape[:1] == grad.shape == (2 + 5 * 2,)
     np.testing.assert_array_equal(box[:2], est.kernel.bounds)
     assert np.all(np.isinf(box[2:]))
@@ -184,7 +182,7 @@ def test_regressor_callable_at_start_keeps_the_start(inducing_points):
     rec = Recorder()
     kw = dict(df=4.0, scale=0.3, inducing_points=inducing_points, random_state=0)
     est = StudentTGPRegressor(ConstantKernel(1.0) * RBF(1.0), optimizer=rec, **kw).fit(X, y)
-    (theta0, box, value, grad, only), = rec.calls
+    ((theta0, box, value, grad, only),) = rec.calls
     k = 2 + 1  # kernel, log sigma (nu fixed by default)
     assert box.shape[0] == theta0.size == (k if inducing_points is None else k + 6)
     assert np.all(np.isfinite(box[:k]))
