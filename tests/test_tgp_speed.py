@@ -174,4 +174,6 @@ def test_metropolis_hyperparameter_updates_reach_the_unit_results():
     assert est.mcmc_diagnostics_["hyper_acceptance"] is None  # slice sampling by default
     with pytest.raises(ValueError, match="mcmc_hyper_sampler"):
         StudentTGPRegressor(method="mcmc", mcmc_hyper_sampler="hmc").fit(X, y)
-    assert tb.EXPERIMENT.full["mcmc_hyper_sampler"] == "metropolis"
+    # the full run slice-samples, as the paper: Metropolis left 7 of 10 Boston chains
+    # with R-hat >= 1.1 (docs/benchmarks.md, "Eleventh session")
+    assert tb.EXPERIMENT.full["mcmc_hyper_sampler"] == "slice"
