@@ -103,6 +103,12 @@ def _probit_data(n, d, rng):
     return X, y
 
 
+def _mnlp(y, p):
+    """Mean negative log predictive density of labels y (n,) in {-1, 1} (or {0, 1})
+    under P(y = 1) = p (n,)."""
+    return float(-np.mean(np.log(np.clip(np.where(y > 0, p, 1 - p), 1e-300, None))))
+
+
 def _kernel():
     return ConstantKernel(2.0) * RBF(1.0)
 
@@ -214,7 +220,7 @@ def accuracy(cfg):
             ctx.__exit__(None, None, None)
             p = np.clip(ndtr(mu / np.sqrt(1 + var)), 1e-12, 1 - 1e-12)
             err = float(np.mean(np.where(p > 0.5, 1, -1) != yte))
-            mnlp = float(-np.mean(np.log(np.where(yte > 0, p, 1 - p))))
+            mnlp = _mnlp(yte, p)
             res[kind] = (err, mnlp, time.perf_counter() - t0)
         d, s = res["dense"], res["sparse"]
         rows.append((name, res))
@@ -292,10 +298,8 @@ def capped_lbfgs(maxiter):
     ``maxiter`` iterations, the estimators' default search otherwise."""
     from scipy.optimize import minimize
 
-    def run(obj_func, initial_theta, bounds):
-        box = [(lo if np.isfinite(lo) else None, hi if np.isfinite(hi) else None)
-               for lo, hi in bounds]  # fmt: skip
-        sol = minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=box,
+    def run(obj_func, initial_theta, bounds):  # L-BFGS-B takes the ±inf rows as open
+        sol = minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=bounds,
                        options={"maxiter": maxiter})  # fmt: skip
         return sol.x, sol.fun
 
@@ -342,7 +346,7 @@ def optimise(cfg, rng=None):
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     proba = est.predict_proba(Xt)[:, 1]
     err = float(np.mean(est.predict(Xt) != yt))
-    mnlp = float(-np.mean(np.log(np.clip(np.where(yt > 0, proba, 1 - proba), 1e-300, None))))
+    mnlp = _mnlp(yt, proba)
     search = "L-BFGS-B" if cap is None else f"L-BFGS-B capped at {cap} iterations (callable)"
     what = "hyperparameter and inducing-input" if opt_z else "hyperparameter (k-means Z fixed)"
     print(f"GPClassifier(inducing_points={mo}) with {what} "

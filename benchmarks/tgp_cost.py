@@ -86,12 +86,11 @@ class SearchRunLog:
         parts = []
         for outcome in sorted({r[0] for r in self.runs}):
             runs = [r for r in self.runs if r[0] == outcome]
-            if runs:
-                parts.append(
-                    f"{outcome} {len(runs)} runs, {sum(r[1] for r in runs):.1f} CPU s, "
-                    f"{sum(r[2] for r in runs)} factorisations (largest run "
-                    f"{max(r[2] for r in runs)})"
-                )
+            parts.append(
+                f"{outcome} {len(runs)} runs, {sum(r[1] for r in runs):.1f} CPU s, "
+                f"{sum(r[2] for r in runs)} factorisations (largest run "
+                f"{max(r[2] for r in runs)})"
+            )
         self.runs = []
         return "; ".join(parts) or "no search runs"
 

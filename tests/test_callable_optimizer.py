@@ -11,12 +11,25 @@ from robustep.estimators import GPClassifier, StudentTGPRegressor, StudentTProce
 from robustep.estimators._optimizer import bounds_array, run_optimizer
 
 
-def lbfgs(obj_func, initial_theta, bounds):
-    """The default search as a callable: L-BFGS-B on the open sides as ±inf."""
-    box = [(None if not np.isfinite(lo) else lo, None if not np.isfinite(hi) else hi)
-           for lo, hi in bounds]  # fmt: skip
-    sol = optimize.minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=box)
-    return sol.x, sol.fun
+def lbfgs_callable(maxiter=None, evaluations=None):
+    """L-BFGS-B as a callable optimizer (±inf bounds are open sides for it), capped at
+    ``maxiter`` iterations if given; appends to ``evaluations`` per objective call."""
+
+    def run(obj_func, initial_theta, bounds):
+        def counted(theta):
+            if evaluations is not None:
+                evaluations.append(1)
+            return obj_func(theta)
+
+        options = {} if maxiter is None else {"maxiter": maxiter}
+        sol = optimize.minimize(counted, initial_theta, jac=True, method="L-BFGS-B",
+                                bounds=bounds, options=options)  # fmt: skip
+        return sol.x, sol.fun
+
+    return run
+
+
+lbfgs = lbfgs_callable()
 
 
 class Recorder:
@@ -131,18 +144,7 @@ def test_sparse_classifier_callable_gets_inducing_inputs_unbounded():
 def test_sparse_classifier_capped_callable_stops_early():
     X, y = _binary(n=60)
     evaluations = []
-
-    def capped(obj_func, initial_theta, bounds):
-        def counted(theta):
-            evaluations.append(1)
-            return obj_func(theta)
-
-        box = [(lo if np.isfinite(lo) else None, hi if np.isfinite(hi) else None)
-               for lo, hi in bounds]  # fmt: skip
-        sol = optimize.minimize(counted, initial_theta, jac=True, method="L-BFGS-B",
-                                bounds=box, options={"maxiter": 3})  # fmt: skip
-        return sol.x, sol.fun
-
+    capped = lbfgs_callable(maxiter=3, evaluations=evaluations)
     est = GPClassifier(
         ConstantKernel(1.0) * RBF(1.0), inducing_points=5, optimizer=capped, random_state=0
     ).fit(X, y)

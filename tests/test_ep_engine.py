@@ -767,9 +767,8 @@ def test_max_factorisations_stops_the_run_at_its_budget(budget):
 
 def test_max_factorisations_leaves_a_run_within_it_unchanged():
     _, K, y, lik = _jylanki_example2()
-    free = _ep(K, y, lik, tol=1e-6)
     prior = _CountingPrior(K)
-    _ep(prior, y, lik, tol=1e-6)
+    free = _ep(prior, y, lik, tol=1e-6)
     bounded = _ep(K, y, lik, tol=1e-6, max_factorisations=prior.calls)
     np.testing.assert_array_equal(bounded.site_precision, free.site_precision)
 

@@ -690,13 +690,14 @@ def _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol):
     return prior, y
 
 
+def _is_never(double_loop):
+    return isinstance(double_loop, str) and double_loop == "never"
+
+
 def _check_double_loop(double_loop):
-    """True for double_loop="never"; raises ValueError for anything but None/bool/"never"."""
-    if isinstance(double_loop, str):
-        if double_loop == "never":
-            return True
-    elif double_loop is None or isinstance(double_loop, (bool, np.bool_)):
-        return False
+    """Raise ValueError for anything but None, a bool or "never"."""
+    if double_loop is None or isinstance(double_loop, (bool, np.bool_)) or _is_never(double_loop):
+        return
     raise ValueError(f'double_loop must be None, True, False or "never", got {double_loop!r}')
 
 
@@ -844,7 +845,7 @@ def expectation_propagation(
     EPResult
     """
     prior, y = _check_inputs(K, y, likelihood, schedule, damping, power, max_iter, tol)
-    no_double_loop = _check_double_loop(double_loop)
+    _check_double_loop(double_loop)
     n = prior.n
     rule = moment_matching_update if site_update is None else site_update
     ctx = _Context(prior, y, likelihood, rule, float(power), float(damping), float(tol),
@@ -867,7 +868,7 @@ def expectation_propagation(
     ctx.last, ctx.max_factorisations = ev, budget
     try:
         ev, status = _run(ctx, ev, schedule, robust, site_update, double_loop,
-                          no_double_loop, n_parallel_init, max_inner)  # fmt: skip
+                          n_parallel_init, max_inner)  # fmt: skip
     except _OutOfFactorisations:
         ev, status = ctx.last, "max_factorisations"
     ctx.max_factorisations = None  # describing the final state is not budgeted
@@ -877,18 +878,18 @@ def expectation_propagation(
     return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
 
 
-def _run(ctx, ev, schedule, robust, site_update, double_loop, no_double_loop,
-         n_parallel_init, max_inner):  # fmt: skip
+def _run(ctx, ev, schedule, robust, site_update, double_loop, n_parallel_init, max_inner):
     """The chosen schedule from the initial evaluation ``ev``: (evaluation, status)."""
     if schedule == "sequential":
         ev, status = _run_sequential(ctx, ev, robust=robust)
     else:
         automatic = robust and site_update is None
-        use_double = automatic if double_loop is None else bool(double_loop)
-        if no_double_loop and automatic:
+        never = _is_never(double_loop)
+        use_double = automatic if double_loop is None else bool(double_loop) and not never
+        if never and automatic:
             # the automatic choice's parallel phase; a stall ends the run
             ev, status = _run_parallel_halving(ctx, ev, n_parallel_init, halvings=2)
-        elif use_double and not no_double_loop:
+        elif use_double:
             if double_loop:
                 ev, status = _run_parallel(ctx, ev, robust=True, max_sweeps=n_parallel_init)
             else:

@@ -159,12 +159,10 @@ def auto_expectation_propagation(
             budget=left,
         )
         used += int(res.n_iter)
+        n_damped += int(res.n_iter)
         if left is not None:
             left -= res.n_factorisations
-            if left <= 0:
-                break
-        n_damped += int(res.n_iter)
-        if res.converged or int(res.n_iter) == 0:
+        if res.converged or int(res.n_iter) == 0 or (left is not None and left <= 0):
             break
         last = float(res.history["max_change"][-1]) if res.history["max_change"] else np.inf
         if not last < best:
