@@ -33,7 +33,9 @@ optimise --opt-n 100000 --opt-m 512`` runs section 3's optimising fit alone at t
 issue's size (about 30 minutes on 2 cores; it prints the objective evaluations, the
 search's evidence against time and the test error); ``--opt-maxiter K`` caps its
 L-BFGS-B iterations at K through a callable ``optimizer``, ``--opt-fixed-inducing``
-optimises the kernel alone (the k-means inducing inputs fixed).
+optimises the kernel alone (the k-means inducing inputs fixed).  ``--only floor`` (with
+the same ``--opt-n``/``--opt-m``) times the BLAS passes that any optimiser evaluation at
+that size makes and prints that floor against a measured evaluation.
 """
 
 from __future__ import annotations
@@ -269,15 +271,32 @@ def speed(cfg):
           f"{r.n_iter} sweeps, converged={r.converged}")  # fmt: skip
     from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 
-    t0 = time.perf_counter()
-    fitc_log_Z_gradient(r, kernel, X, Z, Probit(), y, wrt_inducing=True)
-    t_grad = time.perf_counter() - t0
+    t_warm, n_warm, t_grad = _evaluation_seconds(kernel, X, Z, y, r)
     # the same kernel with one length scale per input (ARD): the same K, so r is its fixed
     # point too; scikit-learn's ARD gradient was the slowest case of the row pass
     kernel_ard = ConstantKernel(2.0) * RBF(np.full(d, 2.5))
     t0 = time.perf_counter()
     fitc_log_Z_gradient(r, kernel_ard, X, Z, Probit(), y, wrt_inducing=True)
     t_grad_ard = time.perf_counter() - t0
+    print(f"one optimiser evaluation at this size: warm-started prior + EP after a 1% step in "
+          f"theta {t_warm:.1f} s ({n_warm} sweeps), gradient w.r.t. theta and Z "
+          f"({m * d} coordinates) {t_grad:.1f} s; the same with an ARD RBF ({d} length "
+          f"scales) {t_grad_ard:.1f} s")  # fmt: skip
+    optimise(cfg, rng)
+
+
+def _evaluation_seconds(kernel, X, Z, y, r):
+    """What one optimiser evaluation costs next to the converged probit EP result ``r``
+    (kernel, X (n, d), Z (m, d)): (seconds of the prior and the warm-started EP after a
+    1% step in theta, its sweeps, seconds of the gradient w.r.t. theta and Z at ``r``)."""
+    from robustep.ep import expectation_propagation
+    from robustep.ep.sparse_evidence import fitc_log_Z_gradient
+    from robustep.likelihoods import Probit
+    from robustep.posterior.sparse import FITCPrior
+
+    t0 = time.perf_counter()
+    fitc_log_Z_gradient(r, kernel, X, Z, Probit(), y, wrt_inducing=True)
+    t_grad = time.perf_counter() - t0
     t0 = time.perf_counter()
     ctx = _quiet()
     r2 = expectation_propagation(
@@ -285,12 +304,72 @@ def speed(cfg):
         y, Probit(), tol=1e-4, init=r,
     )  # fmt: skip
     ctx.__exit__(None, None, None)
-    t_warm = time.perf_counter() - t0
-    print(f"one optimiser evaluation at this size: warm-started prior + EP after a 1% step in "
-          f"theta {t_warm:.1f} s ({r2.n_iter} sweeps), gradient w.r.t. theta and Z "
-          f"({m * d} coordinates) {t_grad:.1f} s; the same with an ARD RBF ({d} length "
-          f"scales) {t_grad_ard:.1f} s")  # fmt: skip
-    optimise(cfg, rng)
+    return time.perf_counter() - t0, r2.n_iter, t_grad
+
+
+def _blas_passes(n, m, rng, repeat=3):
+    """{BLAS call: (best of ``repeat`` seconds, flops)} of the three row passes of a sparse
+    evaluation on a whole (m, n) Fortran-ordered V^T (n, m as in ``floor``)."""
+    from scipy.linalg import blas
+
+    Vt = np.asfortranarray(rng.normal(size=(m, n)))  # V^T, as the row blocks are stored
+    L = np.tril(rng.normal(size=(m, m))) + m * np.eye(m)
+    A = rng.normal(size=(m, m))
+
+    def best_of(fn):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return {
+        "dtrmm (m x m triangular times m x n)": (
+            best_of(lambda: blas.dtrmm(1.0, L, Vt, lower=1)), n * m * m),
+        "dsyrk (one triangle of V^T V)": (
+            best_of(lambda: blas.dsyrk(1.0, Vt, trans=0, lower=0)), n * m * m),
+        "dgemm (m x m times m x n)": (best_of(lambda: blas.dgemm(1.0, A, Vt)), 2 * n * m * m),
+    }  # fmt: skip
+
+
+def floor(cfg):
+    """The arithmetic floor of one optimiser evaluation at n = opt_n, m = opt_m, d = 8
+    (issue 13's <= 5-minute search): every evaluation re-whitens the n x m cross-covariance
+    for the new theta and Z (V = K_nm L_mm^-T: ``dtrmm``, n m^2 flops), factorises the
+    posterior at least once (the Gram matrix V^T diag(beta) V, ``dsyrk``, n m^2 flops, and
+    the marginal variances, ``dtrmm``, n m^2 flops) and forms the gradient's n x m
+    weights W_nm (``dgemm``, 2 n m^2, and ``dtrmm``, n m^2 flops): 6 n m^2 flops.  Times
+    those BLAS calls on whole (n, m) float64 arrays (the most efficient case) with this
+    process's BLAS threads and prints the floor against a measured evaluation and the
+    number of evaluations a 300-s search could afford at the floor."""
+    from robustep.ep import expectation_propagation
+    from robustep.estimators._sparse import resolve_inducing_points
+    from robustep.likelihoods import Probit
+    from robustep.posterior.sparse import FITCPrior
+
+    n, m, d = cfg["opt_n"], cfg["opt_m"], 8
+    print(f"\n### Floor of one optimiser evaluation (n = {n}, m = {m}, d = {d}, float64)\n")
+    rng = np.random.default_rng(5)
+    passes = _blas_passes(n, m, rng)
+    print("| BLAS call | s | GFLOP/s |\n|---|---|---|")
+    for name, (secs, flops) in passes.items():
+        print(f"| {name} | {secs:.3f} | {flops / secs / 1e9:.1f} |")
+    t_trmm, t_syrk, t_gemm = (v[0] for v in passes.values())
+    t_floor = 3 * t_trmm + t_syrk + t_gemm
+    X, y = _probit_data(n, d, rng)
+    kernel = ConstantKernel(2.0) * RBF(2.5)
+    Z = resolve_inducing_points(m, X, 0)
+    ctx = _quiet()
+    r = expectation_propagation(FITCPrior.from_kernel(kernel, X, Z, jitter=2e-6), y, Probit())
+    ctx.__exit__(None, None, None)
+    t_warm, n_warm, t_grad = _evaluation_seconds(kernel, X, Z, y, r)
+    print(f"\nfloor of one evaluation (3 dtrmm + dsyrk + dgemm, 6 n m^2 flops): {t_floor:.2f} s; "
+          f"a measured one: prior + warm-started EP {t_warm:.2f} s ({n_warm} sweeps) + "
+          f"gradient w.r.t. theta and Z {t_grad:.2f} s = {t_warm + t_grad:.2f} s "
+          f"({(t_warm + t_grad) / t_floor:.1f} x the floor); 300 s buy at most "
+          f"{int(300 // t_floor)} evaluations at the floor, "
+          f"{int(300 // (t_warm + t_grad))} measured")  # fmt: skip
 
 
 def capped_lbfgs(maxiter):
@@ -515,7 +594,16 @@ def main(argv=None):
         "--only",
         nargs="+",
         default=None,
-        choices=["exactness", "accuracy", "speed", "memory", "robustness", "dask", "optimise"],
+        choices=[
+            "exactness",
+            "accuracy",
+            "speed",
+            "memory",
+            "robustness",
+            "dask",
+            "optimise",
+            "floor",
+        ],
     )
     parser.add_argument("--opt-n", type=int, help="n of the optimising fit (speed, optimise)")
     parser.add_argument("--opt-m", type=int, help="m of the optimising fit (speed, optimise)")
@@ -545,6 +633,8 @@ def main(argv=None):
     for name, fn in parts.items():
         if args.only is None or name in args.only:
             fn(cfg)
+    if args.only is not None and "floor" in args.only:
+        floor(cfg)
     if args.only is not None and "optimise" in args.only:  # the speed section's last fit alone
         print("\n### Optimisation\n")
         optimise(cfg)
