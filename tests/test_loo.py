@@ -45,14 +45,14 @@ def _regression(n=25, seed=0):
     return X, y
 
 
-def _brute_force(K, y, likelihood, power=1.0):
+def _brute_force(K, y, likelihood, power=1.0, tol=TOL):
     """log p(y_i | y_-i) (n,) by n dense EP refits on n - 1 points."""
     n = y.size
     out = np.empty(n)
     for i in range(n):
         keep = np.arange(n) != i
         res = expectation_propagation(
-            K[np.ix_(keep, keep)], y[keep], likelihood, power=power, tol=TOL, max_iter=5000
+            K[np.ix_(keep, keep)], y[keep], likelihood, power=power, tol=tol, max_iter=5000
         )
         assert res.converged
         m, v = res.predict(K[i, keep][None, :], np.array([K[i, i]]))
@@ -305,7 +305,10 @@ def test_step_likelihood_loo_against_brute_force():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fast, _ = _fast(K, y, lik)
-    brute = _brute_force(K, y, lik)
+    # the step's tilted moments (differences of normal CDFs) stall some refits at a site
+    # residual of ~6e-9 (scipy 1.17 / numpy 2.4), so the refits stop at 1e-7, which moves
+    # log p(y_i | y_-i) by far less than the 0.1 checked here
+    brute = _brute_force(K, y, lik, tol=1e-7)
     err = np.mean(np.abs(fast.log_predictive - brute))
     print(f"noisy step (eps=0.1) LOO: mean |fast - brute force| = {err:.4f}")
     assert err <= 0.1, err
