@@ -33,8 +33,8 @@ def test_matches_the_general_laplace_routine(length_scale):
     assert res.converged and ref.converged
     # The log-concave routine stops once the Newton decrement, quadratic in the gradient
     # of psi, is below tol, so with tol = 1e-12 its mode may be one step short of the
-    # general routine's (measured: gradient of psi 1e-8 at length scale 0.3, with scipy
-    # 1.17 / numpy 2.4; exact agreement with earlier versions); log|B| at the mode is
+    # general routine's (measured: gradient of psi 1e-8 at length scale 0.3 with scipy
+    # 1.17 / numpy 2.4, where earlier environments agreed to 1e-9); log|B| at the mode is
     # first-order in that, hence the 1e-7 tolerances.
     assert res.log_marginal_likelihood == pytest.approx(ref.log_marginal_likelihood, abs=1e-7)
     np.testing.assert_allclose(res.mode, ref.mode, atol=1e-7)
