@@ -24,6 +24,13 @@ how many converged, failed (not converged within the budget; either marked when 
 entered the double loop) or ran out of posterior factorisations, their CPU seconds, and
 the factorisations they made (in all and in the largest run) -- the measurement behind
 ``_SEARCH_FACTORISATIONS_PER_SWEEP`` (docs/benchmarks.md, "Search evaluations that fail").
+
+``--per-evaluation`` adds, after each unit, what one successful objective evaluation of
+its hyperparameter search costs on average: the evaluations (evidence gradients formed),
+the inferences (EP runs, Laplace mode searches, ...; failed ones included), posterior
+factorisations and Student-t tilted-moment quadratures (EP) or Newton steps (Laplace) per
+inference, and the unit's CPU milliseconds per evaluation -- why EP1 costs more than LA1
+at the same number of evaluations (docs/benchmarks.md, "Twelfth session").
 """
 
 from __future__ import annotations
@@ -95,6 +102,61 @@ class SearchRunLog:
         return "; ".join(parts) or "no search runs"
 
 
+class EvaluationCounts:
+    """Counts, while installed, the evidence gradients (one per successful objective
+    evaluation), the inferences with their Newton steps (Laplace), the dense posterior
+    factorisations and the Student-t quadratures (tilted moments and their gradients)."""
+
+    def __init__(self):
+        import robustep.estimators.student_t_regressor as regressor
+        from robustep.likelihoods import StudentT
+        from robustep.posterior import DensePrior
+
+        self.counts = dict.fromkeys(
+            ("evaluations", "inferences", "newton", "factorisations", "quadratures"), 0
+        )
+        cls = regressor.StudentTGPRegressor
+        self._patched = [
+            (cls, "_gradient", cls._gradient, "evaluations"),
+            (cls, "_infer", cls._infer, "inferences"),
+            (DensePrior, "posterior", DensePrior.posterior, "factorisations"),
+            (StudentT, "tilted_moments", StudentT.tilted_moments, "quadratures"),
+            (StudentT, "tilted_log_Z_gradient", StudentT.tilted_log_Z_gradient, "quadratures"),
+        ]
+        for owner, name, original, key in self._patched:
+            setattr(owner, name, self._counting(original, key))
+
+    def _counting(self, original, key):
+        counts = self.counts
+
+        def wrapper(*args, **kwargs):
+            counts[key] += 1
+            out = original(*args, **kwargs)
+            if key == "inferences" and hasattr(out, "mode"):  # a Laplace result
+                counts["newton"] += int(getattr(out, "n_iter", 0))
+            return out
+
+        return wrapper
+
+    def summary(self, cpu_seconds):
+        """One line for the unit just fitted; resets the counts."""
+        c = self.counts
+        per = max(c["inferences"], 1)
+        line = (
+            f"{c['evaluations']} evaluations, {c['inferences']} inferences; per inference "
+            f"{c['factorisations'] / per:.2f} EP factorisations, {c['quadratures'] / per:.2f} "
+            f"Student-t quadratures, {c['newton'] / per:.2f} Newton steps; "
+            f"{1e3 * cpu_seconds / max(c['evaluations'], 1):.2f} CPU ms per evaluation"
+        )
+        for key in c:
+            c[key] = 0
+        return line
+
+    def close(self):
+        for owner, name, original, _ in self._patched:
+            setattr(owner, name, original)
+
+
 def main(argv=None):
     from robustep.experiments import tgp_benchmark as tb
 
@@ -106,10 +168,14 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--evaluations", action="store_true", help="the search runs' costs")
+    p.add_argument(
+        "--per-evaluation", action="store_true", help="the work of one objective evaluation"
+    )
     args = p.parse_args(argv)
     # AUTO: the estimator's default method="auto" (not a method of the paper's table)
     tb._SPEC.setdefault("AUTO", dict(method="auto"))
     log = SearchRunLog() if args.evaluations else None
+    counts = EvaluationCounts() if args.per_evaluation else None
     wanted = {"friedman": args.friedman_sets, "boston": args.boston_folds}
     wanted["concrete"] = args.concrete_folds
     if not os.environ.get("ROBUSTEP_DATA") and (args.boston_folds or args.concrete_folds):
@@ -134,6 +200,8 @@ def main(argv=None):
                     out[m] = o
                     if log is not None:
                         print(f"# {ds} split {split} {m} search runs: {log.summary()}")
+                    if counts is not None:
+                        print(f"# {ds} split {split} {m}: {counts.summary(o[2])}")
             for m in args.methods:
                 sigma, nu = out[m][5]
                 mlpd = float(np.mean(out[m][1]))
@@ -156,6 +224,8 @@ def main(argv=None):
             )
     if log is not None:
         log.close()
+    if counts is not None:
+        counts.close()
     return totals
 
 
