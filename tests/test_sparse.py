@@ -529,6 +529,74 @@ def test_regressor_sparse():
     assert np.all(np.isfinite(frac.predict_log_density(X, y)))
 
 
+@pytest.mark.parametrize("inducing_power", [1.0, 0.5])
+def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
+    """The sparse search has the dense search's run policy: a start's first (cold)
+    evaluation runs the whole chain, every later one is a warm-started search run with
+    the search's sweep and factorisation budget and no double loop."""
+    import robustep.ep.sparse_power as sparse_power
+    import robustep.estimators.student_t_regressor as regressor
+    from robustep.estimators import StudentTGPRegressor
+
+    calls = []
+    infer = regressor.StudentTGPRegressor._infer
+    power_ep = sparse_power.pseudo_point_power_ep
+
+    def spy_infer(est, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+        calls.append((warm is None, max_iter, search))
+        return infer(est, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
+
+    def spy_power_ep(prior, y, lik, **kw):
+        budget = kw.get("max_factorisations")
+        calls.append((kw["init"] is None, kw["max_iter"], kw.get("double_loop") == "never"))
+        if budget is not None:
+            assert budget == regressor._SEARCH_FACTORISATIONS_PER_SWEEP * kw["max_iter"]
+        return power_ep(prior, y, lik, **kw)
+
+    monkeypatch.setattr(regressor.StudentTGPRegressor, "_infer", spy_infer)
+    monkeypatch.setattr(sparse_power, "pseudo_point_power_ep", spy_power_ep)
+    X, y = _outlier_regression(n=60)
+    est = StudentTGPRegressor(
+        inducing_points=10, inducing_power=inducing_power, random_state=0
+    ).fit(X, y)
+    assert est.converged_
+    first, *search, final = calls
+    assert first == (True, regressor._SPARSE_FIRST_MAX_ITER, False)
+    assert len(search) > 3
+    assert all(s == (False, regressor._SEARCH_MAX_ITER, True) for s in search)
+    assert final[1] == regressor._FINAL_MAX_ITER and not final[2]
+
+
+def test_sparse_objective_keeps_the_last_warm_start_after_a_failure():
+    """A failed evaluation returns the penalty bowl and leaves the warm start at the last
+    successful evaluation's sites (the line search comes back towards it)."""
+    from types import SimpleNamespace
+
+    from robustep.estimators._sparse import _Objective
+
+    seen = []
+
+    def infer(kernel, Z, lik, init):
+        seen.append(init)
+        k = len(seen)
+        return SimpleNamespace(
+            log_Z=-float(k), converged=k != 2, site_precision=np.full(3, k), site_shift=np.zeros(3)
+        )
+
+    def gradient(res, kernel, Z, lik, wrt_Z):
+        return np.zeros(1), np.zeros(0), np.zeros((2, 1))
+
+    obj = _Objective(infer, gradient, KERNEL.k2, np.zeros((2, 1)), 0, False, None)
+    x = KERNEL.k2.theta
+    obj(x)
+    value, grad = obj(x + 0.5)  # not converged: the penalty around the best point
+    assert value > 1e3 - 1.0 and np.allclose(grad, 2e3 * 0.5)
+    obj(x + 0.25)
+    assert seen[0] is None
+    np.testing.assert_array_equal(seen[1][0], np.full(3, 1))
+    np.testing.assert_array_equal(seen[2][0], np.full(3, 1))  # not reset by the failure
+
+
 @pytest.mark.parametrize(
     "inducing, match",
     [

@@ -286,8 +286,9 @@ class _Objective:
                 raise FloatingPointError
         except (np.linalg.LinAlgError, ArithmeticError, ValueError):
             # failed inference: a quadratic bowl around the best point so far lets the
-            # L-BFGS-B line search backtrack smoothly
-            self.warm = None
+            # L-BFGS-B line search backtrack smoothly.  The warm start stays the last
+            # successful evaluation's (the line search comes back towards it), as in the
+            # dense searches; only the first evaluation of a start has none.
             fb, xb, _ = self.best
             xb = x if xb is None else xb
             fb = _PENALTY if not np.isfinite(fb) else fb
@@ -488,13 +489,17 @@ def check_regressor(est):
         )
 
 
-def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
+def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
     """Sparse StudentTGPRegressor fit (targets already standardised in ``est._y``).
 
     Sets ``est._components``, ``est._weights`` and ``est.inducing_points_`` (the caller
     then sets the common attributes).  Type-II MAP over (log theta, log sigma[, log nu],
-    Z) as in the dense regressor, EP warm-started at tol ``search_tol`` during the search,
-    the final fit at tol 1e-4.
+    Z) as in the dense regressor, with its search-run policy ``search`` (a
+    :class:`~robustep.estimators.student_t_regressor.SearchBudget`): the first evaluation
+    of each start runs the whole chain for at most ``search.first_max_iter`` sweeps, later
+    ones are warm-started search runs (``search.max_iter`` sweeps, no double loop, at most
+    ``search.factorisations_per_sweep`` posterior factorisations per sweep), all at tol
+    ``search.tol``; the final fit runs at tol 1e-4.
     """
     from robustep.likelihoods import StudentT
 
@@ -512,23 +517,34 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search_tol):
         d = float(np.exp(lp[1])) if fit_df else df
         return StudentT(df=d, scale=s)
 
-    def infer_at(kernel, Z, lik, warm, max_iter=1000, tol=1e-4):
+    def infer_at(kernel, Z, lik, warm, max_iter=1000, tol=1e-4, search_run=False):
         prior = _prior(kernel, X, Z, jitter)
         if alpha == 1.0:
-            return est._infer(prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol)
+            return est._infer(
+                prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol, search=search_run
+            )  # fmt: skip
         from robustep.ep.sparse_power import pseudo_point_power_ep
 
+        budget = {}
+        if search_run:  # the engine's robust run, as est._infer's "ep" search runs
+            budget = dict(
+                double_loop="never", max_factorisations=search.factorisations_per_sweep * max_iter
+            )
         with warnings.catch_warnings():  # as est._infer: the caller checks convergence
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = pseudo_point_power_ep(
-                prior, y, lik, inducing_power=alpha, init=warm, max_iter=max_iter, tol=tol
-            )
+                prior, y, lik, inducing_power=alpha, init=warm, max_iter=max_iter, tol=tol,
+                **budget,
+            )  # fmt: skip
         res.log_marginal_likelihood = float(res.log_Z)
         return res
 
     def infer(kernel, Z, lp, init):
-        return infer_at(kernel, Z, lik_of(lp), init, max_iter=100, tol=search_tol)
+        # _Objective passes no warm start only to the first evaluation of each start
+        if init is None:
+            return infer_at(kernel, Z, lik_of(lp), None, search.first_max_iter, search.tol)
+        return infer_at(kernel, Z, lik_of(lp), init, search.max_iter, search.tol, True)
 
     def gradient(res, kernel, Z, lp, wrt_Z):
         lik = lik_of(lp)

@@ -38,6 +38,7 @@ kernel part of the evidence gradient and the predictions' cross-covariances.
 from __future__ import annotations
 
 import numbers
+import typing
 import warnings
 
 import numpy as np
@@ -105,6 +106,24 @@ _FINAL_MAX_ITER = 1000
 # run on Boston fold 0 (docs/benchmarks.md, "EP3's grid walk") warm starts from a poor
 # neighbour ran 495-1000 sweeps and stalled the next ten grid values' searches.
 _WARM_FIRST_MAX_ITER = 200
+# EP sweeps at most in the first (cold-started) evaluation of a sparse search start, where a
+# sweep is O(n m^2) (estimators/_sparse.py; the final sparse fit allows 1000).
+_SPARSE_FIRST_MAX_ITER = 100
+
+
+class SearchBudget(typing.NamedTuple):
+    """The search-run policy of the hyperparameter search, as passed to the sparse fit
+    (estimators/_sparse.py); the dense search reads the module constants directly."""
+
+    tol: float  # EP's site tolerance in every search evaluation
+    first_max_iter: int  # sweeps of a start's first (cold) evaluation: the whole chain
+    max_iter: int  # sweeps of a warm-started search run (no double loop)
+    factorisations_per_sweep: int  # posterior factorisations per allowed sweep of such a run
+
+
+_SPARSE_SEARCH = SearchBudget(
+    _SEARCH_TOL, _SPARSE_FIRST_MAX_ITER, _SEARCH_MAX_ITER, _SEARCH_FACTORISATIONS_PER_SWEEP
+)
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -773,7 +792,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
                              "or inducing_power=1 for the dense model")  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
-            _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _SEARCH_TOL)
+            _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _SPARSE_SEARCH)
         elif self.method == "mcmc":
             self._fit_mcmc(kernel, rng)
         elif self.method == "fvb" and self.optimizer is not None:
