@@ -31,6 +31,12 @@ the inferences (EP runs, Laplace mode searches, ...; failed ones included), post
 factorisations and Student-t tilted-moment quadratures (EP) or Newton steps (Laplace) per
 inference, and the unit's CPU milliseconds per evaluation -- why EP1 costs more than LA1
 at the same number of evaluations (docs/benchmarks.md, "Twelfth session").
+
+``--fixed`` adds, per split, the analogue of the paper's "fixed" row of Table 1 (EP 5.5 x
+LA with the hyperparameters fixed): EP1's optimum is found once (one start), then
+``method="ep"`` and ``method="laplace"`` are fitted from cold at those hyperparameters
+(``optimizer=None``, predictions included), ``--repeat`` times each (minimum), and their
+CPU ratio printed -- the cost of one inference without the search around it.
 """
 
 from __future__ import annotations
@@ -157,6 +163,41 @@ class EvaluationCounts:
             setattr(owner, name, original)
 
 
+def fixed_hyperparameter_cpu(Xtr, ytr, Xte, yte, seed, repeat=1):
+    """{"ep": CPU s, "laplace": CPU s} of a cold fit and the predictions at EP1's optimum.
+
+    The inputs are standardised and the kernel built as in ``tgp_benchmark._fit_predict``;
+    the optimum comes from one EP1 search (no restarts)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+    from threadpoolctl import threadpool_limits
+
+    from robustep.estimators.student_t_regressor import StudentTGPRegressor
+
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(Xtr.shape[1]), (1e-2, 1e3))
+    cpu = {"ep": np.inf, "laplace": np.inf}
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = StudentTGPRegressor(
+            kernel, df=4.0, scale=0.5, method="ep", random_state=seed, n_restarts_optimizer=0
+        ).fit(Xtr, ytr)
+        for _ in range(repeat):
+            for method in cpu:
+                t0 = time.process_time()
+                est = StudentTGPRegressor(
+                    ref.kernel_, df=4.0, scale=ref.scale_, method=method, optimizer=None
+                ).fit(Xtr, ytr)
+                est.predict(Xte)
+                est.predict_log_density(Xte, yte)
+                cpu[method] = min(cpu[method], time.process_time() - t0)
+    return cpu
+
+
 def main(argv=None):
     from robustep.experiments import tgp_benchmark as tb
 
@@ -171,6 +212,9 @@ def main(argv=None):
     p.add_argument(
         "--per-evaluation", action="store_true", help="the work of one objective evaluation"
     )
+    p.add_argument(
+        "--fixed", action="store_true", help="EP / LA CPU at fixed hyperparameters (cold)"
+    )
     args = p.parse_args(argv)
     # AUTO: the estimator's default method="auto" (not a method of the paper's table)
     tb._SPEC.setdefault("AUTO", dict(method="auto"))
@@ -181,7 +225,7 @@ def main(argv=None):
     if not os.environ.get("ROBUSTEP_DATA") and (args.boston_folds or args.concrete_folds):
         print("set ROBUSTEP_DATA to the folder with the Boston and concrete CSV files")
     config = dict(tb.EXPERIMENT.full)
-    totals = {}
+    totals, fixed_totals = {}, {}
     print("| data set | split | method | CPU s | sigma | nu | MLPD |")
     print("|---|---|---|---|---|---|---|")
     for ds, splits in wanted.items():
@@ -215,6 +259,15 @@ def main(argv=None):
                     f"# {ds} split {split}: EP1/LA1 = {cpu['EP1'] / cpu['LA1']:.2f}",
                     file=sys.stderr,
                 )
+            if args.fixed:
+                fixed = fixed_hyperparameter_cpu(Xtr, ytr, Xte, yte, seed, args.repeat)
+                print(
+                    f"# {ds} split {split} fixed at EP1's optimum: EP {fixed['ep']:.3f} s, "
+                    f"LA {fixed['laplace']:.3f} s, EP/LA = {fixed['ep'] / fixed['laplace']:.2f}"
+                )
+                for m, c in fixed.items():
+                    fixed_totals.setdefault(ds, {}).setdefault(m, 0.0)
+                    fixed_totals[ds][m] += c
     print()
     for ds, t in totals.items():
         if "EP1" in t and "LA1" in t:
@@ -222,6 +275,11 @@ def main(argv=None):
                 f"{ds}: EP1/LA1 CPU = {t['EP1'] / t['LA1']:.2f} "
                 f"(EP1 {t['EP1']:.1f} s, LA1 {t['LA1']:.1f} s)"
             )
+    for ds, t in fixed_totals.items():
+        print(
+            f"{ds}: EP/LA CPU at fixed hyperparameters = {t['ep'] / t['laplace']:.2f} "
+            f"(EP {t['ep']:.2f} s, LA {t['laplace']:.2f} s)"
+        )
     if log is not None:
         log.close()
     if counts is not None:
