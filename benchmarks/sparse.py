@@ -516,11 +516,11 @@ def robustness(cfg):
         mae = float(np.mean(np.abs(est.predict(Xt) - ft)))
         maes[name] = mae
         print(
-            f"| {name} | {est.converged_} | {n_warn} | {mae:.4f} | "
+            f"| {name} | {est.converged_} | {n_warn} | {mae:.6f} | "
             f"{time.perf_counter() - t0:.1f} | {int(est.negative_precision_.sum())} |"
         )
     print(
-        f"\nMAE ratio (outliers / outlier-free): {maes['with outliers'] / maes['outlier-free']:.3f}"
+        f"\nMAE ratio (outliers / outlier-free): {maes['with outliers'] / maes['outlier-free']:.4f}"
     )
     return maes
 
