@@ -288,7 +288,7 @@ class _Objective:
             # failed inference: a quadratic bowl around the best point so far lets the
             # L-BFGS-B line search backtrack smoothly.  The warm start stays the last
             # successful evaluation's (the line search comes back towards it), as in the
-            # dense searches; only the first evaluation of a start has none.
+            # dense searches; a start has none until one of its evaluations succeeds.
             fb, xb, _ = self.best
             xb = x if xb is None else xb
             fb = _PENALTY if not np.isfinite(fb) else fb
@@ -496,10 +496,11 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
     then sets the common attributes).  Type-II MAP over (log theta, log sigma[, log nu],
     Z) as in the dense regressor, with its search-run policy ``search`` (a
     :class:`~robustep.estimators.student_t_regressor.SearchBudget`): the first evaluation
-    of each start runs the whole chain for at most ``search.first_max_iter`` sweeps, later
-    ones are warm-started search runs (``search.max_iter`` sweeps, no double loop, at most
-    ``search.factorisations_per_sweep`` posterior factorisations per sweep), all at tol
-    ``search.tol``; the final fit runs at tol 1e-4.
+    of each start (every one until an evaluation succeeds) runs the whole chain for at most
+    ``search.first_max_iter`` sweeps, later ones are warm-started search runs
+    (``search.max_iter`` sweeps, no double loop, at most ``search.factorisations_per_sweep``
+    posterior factorisations per sweep), all at tol ``search.tol``; the final fit runs at
+    tol 1e-4.
     """
     from robustep.likelihoods import StudentT
 
@@ -541,7 +542,7 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
         return res
 
     def infer(kernel, Z, lp, init):
-        # _Objective passes no warm start only to the first evaluation of each start
+        # no warm start: the start's first evaluation (or every one until one succeeds)
         if init is None:
             return infer_at(kernel, Z, lik_of(lp), None, search.first_max_iter, search.tol)
         return infer_at(kernel, Z, lik_of(lp), init, search.max_iter, search.tol, True)
