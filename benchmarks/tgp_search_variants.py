@@ -13,7 +13,8 @@ with the search runs of ``StudentTGPRegressor`` changed for the whole process:
 * ``iterK``: at most K sweeps per search run (``_SEARCH_MAX_ITER``; its factorisation
   budget scales with it);
 * ``dampD``: search runs start with damping D (step 1 - D) instead of 1;
-* ``patP``: step halving after P sweeps without progress instead of 5.
+* ``patP``: step halving after P sweeps without progress instead of 5
+  (``robustep.ep.engine._STALL_PATIENCE``; this also changes runs outside the search).
 
 Prints, per variant and unit, the CPU seconds, the inferences made (EP runs, failed ones
 included), those that did not converge, and the fit (sigma, test MLPD), so that a policy
@@ -47,21 +48,7 @@ elif variant.startswith("damp"):
 
     ep_package.expectation_propagation = damped
 elif variant.startswith("pat"):
-    patience = int(variant[3:])
-
-    def halving(ctx, ev, min_sweeps, halvings):
-        step = 1.0 - ctx.damping
-        for attempt in range(halvings + 1):
-            ev, status = engine._run_parallel(
-                ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=patience,
-                min_sweeps=min_sweeps if attempt == 0 else patience, step=step,
-            )
-            if status != "stalled" or ctx.n_iter >= ctx.max_iter:
-                break
-            step *= 0.5
-        return ev, status
-
-    engine._run_parallel_halving = halving
+    engine._STALL_PATIENCE = int(variant[3:])
 elif variant != "base":
     raise SystemExit(f"unknown variant {variant!r}")
 count = {"runs": 0, "failed": 0}

@@ -360,14 +360,19 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
     return ev, _stop_status(ctx, ev) or "max_iter"
 
 
+# sweeps without a new smallest residual (by 10%) after which robust parallel EP halves its
+# step (benchmarks/tgp_search_variants.py measures 2 in hyperparameter searches)
+_STALL_PATIENCE = 5
+
+
 def _run_parallel_halving(ctx, ev, min_sweeps, halvings):
-    """Parallel sweeps with patience 5 from step 1 - damping; on a stall halve the step
-    (at most ``halvings`` times) and go on.  Returns (evaluation, status)."""
+    """Parallel sweeps with patience ``_STALL_PATIENCE`` from step 1 - damping; on a stall
+    halve the step (at most ``halvings`` times) and go on.  Returns (evaluation, status)."""
     step = 1.0 - ctx.damping
     for attempt in range(halvings + 1):
         ev, status = _run_parallel(
-            ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=5,
-            min_sweeps=min_sweeps if attempt == 0 else 5, step=step,
+            ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=_STALL_PATIENCE,
+            min_sweeps=min_sweeps if attempt == 0 else _STALL_PATIENCE, step=step,
         )  # fmt: skip
         if status != "stalled" or ctx.n_iter >= ctx.max_iter:
             break
