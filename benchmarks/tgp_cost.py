@@ -166,20 +166,17 @@ class EvaluationCounts:
 def fixed_hyperparameter_cpu(Xtr, ytr, Xte, yte, seed, repeat=1):
     """{"ep": CPU s, "laplace": CPU s} of a cold fit and the predictions at EP1's optimum.
 
-    The inputs are standardised and the kernel built as in ``tgp_benchmark._fit_predict``;
-    the optimum comes from one EP1 search (no restarts)."""
+    The inputs are standardised and the kernel built as for every tgp-benchmark unit; the
+    optimum comes from one EP1 search (no restarts)."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
     from threadpoolctl import threadpool_limits
 
     from robustep.estimators.student_t_regressor import StudentTGPRegressor
+    from robustep.experiments.tgp_benchmark import _standardised_inputs_and_kernel
 
-    mu, sd = Xtr.mean(0), Xtr.std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
-    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(Xtr.shape[1]), (1e-2, 1e3))
+    Xtr, Xte, kernel = _standardised_inputs_and_kernel(Xtr, Xte)
     cpu = {"ep": np.inf, "laplace": np.inf}
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

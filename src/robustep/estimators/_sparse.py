@@ -489,7 +489,7 @@ def check_regressor(est):
         )
 
 
-def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
+def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_iter):
     """Sparse StudentTGPRegressor fit (targets already standardised in ``est._y``).
 
     Sets ``est._components``, ``est._weights`` and ``est.inducing_points_`` (the caller
@@ -497,10 +497,9 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
     Z) as in the dense regressor, with its search-run policy ``search`` (a
     :class:`~robustep.estimators.student_t_regressor.SearchBudget`): the first evaluation
     of each start (every one until an evaluation succeeds) runs the whole chain for at most
-    ``search.first_max_iter`` sweeps, later ones are warm-started search runs
-    (``search.max_iter`` sweeps, no double loop, at most ``search.factorisations_per_sweep``
-    posterior factorisations per sweep), all at tol ``search.tol``; the final fit runs at
-    tol 1e-4.
+    ``first_max_iter`` sweeps, later ones are warm-started search runs (``search.max_iter``
+    sweeps, ``search.engine_options``: no double loop, a budget of posterior
+    factorisations), all at tol ``search.tol``; the final fit runs at tol 1e-4.
     """
     from robustep.likelihoods import StudentT
 
@@ -526,11 +525,8 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
             )  # fmt: skip
         from robustep.ep.sparse_power import pseudo_point_power_ep
 
-        budget = {}
-        if search_run:  # the engine's robust run, as est._infer's "ep" search runs
-            budget = dict(
-                double_loop="never", max_factorisations=search.factorisations_per_sweep * max_iter
-            )
+        # the engine's robust run, as est._infer's "ep" search runs
+        budget = search.engine_options(max_iter) if search_run else {}
         with warnings.catch_warnings():  # as est._infer: the caller checks convergence
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
@@ -544,7 +540,7 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search):
     def infer(kernel, Z, lp, init):
         # no warm start: the start's first evaluation (or every one until one succeeds)
         if init is None:
-            return infer_at(kernel, Z, lik_of(lp), None, search.first_max_iter, search.tol)
+            return infer_at(kernel, Z, lik_of(lp), None, first_max_iter, search.tol)
         return infer_at(kernel, Z, lik_of(lp), init, search.max_iter, search.tol, True)
 
     def gradient(res, kernel, Z, lp, wrt_Z):

@@ -112,18 +112,26 @@ _SPARSE_FIRST_MAX_ITER = 100
 
 
 class SearchBudget(typing.NamedTuple):
-    """The search-run policy of the hyperparameter search, as passed to the sparse fit
-    (estimators/_sparse.py); the dense search reads the module constants directly."""
+    """The run policy of a warm-started EP run inside the hyperparameter search: the module
+    constants above, bundled by ``_search_budget`` (also for the sparse fit in
+    estimators/_sparse.py)."""
 
     tol: float  # EP's site tolerance in every search evaluation
-    first_max_iter: int  # sweeps of a start's first (cold) evaluation: the whole chain
-    max_iter: int  # sweeps of a warm-started search run (no double loop)
+    max_iter: int  # sweeps of a warm-started search run
     factorisations_per_sweep: int  # posterior factorisations per allowed sweep of such a run
 
+    def engine_options(self, max_iter, chain=False):
+        """Options of a search run with ``max_iter`` sweeps: no double loop and a budget of
+        posterior factorisations; for the engine, or the "auto" chain (``chain``)."""
+        return dict(
+            double_loop=False if chain else "never",
+            max_factorisations=self.factorisations_per_sweep * max_iter,
+        )
 
-_SPARSE_SEARCH = SearchBudget(
-    _SEARCH_TOL, _SPARSE_FIRST_MAX_ITER, _SEARCH_MAX_ITER, _SEARCH_FACTORISATIONS_PER_SWEEP
-)
+
+def _search_budget():
+    """The search-run policy of the module constants, read at call time."""
+    return SearchBudget(_SEARCH_TOL, _SEARCH_MAX_ITER, _SEARCH_FACTORISATIONS_PER_SWEEP)
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -515,19 +523,19 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                         raise ValueError("K contains NaN or inf; check the kernel")
                     K = DensePrior(K, check=False)
                 # a search run never starts the double loop and has bounded work
-                budget = _SEARCH_FACTORISATIONS_PER_SWEEP * max_iter if search else None
-                if m == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
+                chain = m == "auto"
+                budget = _search_budget().engine_options(max_iter, chain) if search else {}
+                if chain:  # parallel -> damped -> double loop (estimators/_auto.py)
                     from robustep.estimators._auto import auto_expectation_propagation
 
                     res = auto_expectation_propagation(
                         K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol,
-                        double_loop=not search, max_factorisations=budget,
+                        **budget,
                     )  # fmt: skip
                 else:
                     res = expectation_propagation(
                         K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter,
-                        tol=tol, double_loop="never" if search else None,
-                        max_factorisations=budget,
+                        tol=tol, **budget,
                     )  # fmt: skip
                 res.log_marginal_likelihood = float(res.log_Z)
                 return res
@@ -792,7 +800,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
                              "or inducing_power=1 for the dense model")  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
-            _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _SPARSE_SEARCH)
+            _sparse.fit_regressor(
+                self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _search_budget(),
+                _SPARSE_FIRST_MAX_ITER,
+            )  # fmt: skip
         elif self.method == "mcmc":
             self._fit_mcmc(kernel, rng)
         elif self.method == "fvb" and self.optimizer is not None:

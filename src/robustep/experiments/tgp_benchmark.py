@@ -111,17 +111,23 @@ def _splits(name, config, seed):
     return splits[: int(used)] if used else splits
 
 
+def _standardised_inputs_and_kernel(Xtr, Xte):
+    """(Xtr, Xte) standardised by the training columns, and the ARD kernel every method
+    starts from (§6.2)."""
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(Xtr.shape[1]), (1e-2, 1e3))
+    return Xtr, Xte, kernel
+
+
 def _fit_predict(name, Xtr, ytr, Xte, yte, config, seed, n_samples=None):
     """One method on one split: (mean, lpd, CPU s, converged, MCMC draws, (sigma, nu))."""
     from threadpoolctl import threadpool_limits
 
     from robustep.estimators.student_t_regressor import StudentTGPRegressor
 
-    mu, sd = Xtr.mean(0), Xtr.std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
-    d = Xtr.shape[1]
-    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(d), (1e-2, 1e3))
+    Xtr, Xte, kernel = _standardised_inputs_and_kernel(Xtr, Xte)
     kw = dict(_SPEC[name])
     if name == "MCMC":
         kw.update(
