@@ -37,12 +37,20 @@ def run_optimizer(optimizer, objective, x0, bounds, *, options=None, callable_bo
     options : L-BFGS-B options (e.g. {"maxiter": 200}); not used with a callable.
     callable_bounds : the bounds a callable gets, if not ``bounds`` (as pairs or (k, 2)).
     """
+    x, value, _ = minimise(
+        optimizer, objective, x0, bounds, options=options, callable_bounds=callable_bounds
+    )
+    return x, value
+
+
+def minimise(optimizer, objective, x0, bounds, *, options=None, callable_bounds=None):
+    """As :func:`run_optimizer`, and also the optimiser's stop message: (x, value, message)."""
     x0 = np.array(x0, dtype=float)
     if not callable(optimizer):
         sol = optimize.minimize(
             objective, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=options
         )
-        return np.asarray(sol.x, dtype=float), float(sol.fun)
+        return np.asarray(sol.x, dtype=float), float(sol.fun), str(sol.message)
 
     def obj_func(theta, eval_gradient=True):
         value, grad = objective(np.asarray(theta, dtype=float))
@@ -61,4 +69,4 @@ def run_optimizer(optimizer, objective, x0, bounds, *, options=None, callable_bo
         ) from exc
     if not np.all(np.isfinite(theta)):
         raise ValueError("the callable optimizer returned a theta_opt with NaN or inf entries")
-    return theta, value
+    return theta, value, "the callable optimizer returned"

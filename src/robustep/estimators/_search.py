@@ -1,0 +1,270 @@
+"""One evidence search for every estimator: maximise an approximate log marginal likelihood.
+
+An estimator supplies one function, ``evaluate(x, context) -> Evaluation``: the approximate
+log evidence at the search coordinates ``x`` (log kernel hyperparameters, log likelihood
+parameters, inducing inputs, ...), its gradient, and the inference result it came from.
+An evaluation that has no valid evidence (inference failed or did not converge, or a value
+or gradient is not finite) raises :class:`EvaluationFailed` (or a LinAlgError /
+ArithmeticError / ValueError, which count the same).  This module does the rest, the same
+way for every estimator:
+
+- **the optimiser**: scipy's L-BFGS-B or the user's callable ``optimizer``
+  (:func:`robustep.estimators._optimizer.run_optimizer`, scikit-learn's convention);
+- **the failure rule**: a failed point returns a quadratic bowl around the best point so
+  far, ``f_best + 1e3 (1 + |x - x_best|^2)`` with gradient ``2e3 (x - x_best)``, which points
+  back into the region where inference succeeds, so that the L-BFGS-B line search backs
+  off from the failed point instead of stopping at a flat wall;
+- **warm starts**: each evaluation receives the last successful evaluation's result of the
+  same start (a failed evaluation does not reset it; a new start begins from the caller's
+  ``warm`` for the first start, nothing for the others);
+- **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use);
+- **the result**: the best successful evaluation over all starts — its point, evidence and
+  inference result, so that the fit needs no separate final run — and a
+  :class:`SearchResult` with the number of evaluations and failures and why it stopped,
+  which the estimators expose as ``optimizer_result_``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from robustep.estimators._optimizer import minimise
+
+__all__ = [
+    "Evaluation",
+    "EvaluationContext",
+    "EvaluationFailed",
+    "SearchResult",
+    "draw_starts",
+    "maximise_evidence",
+]
+
+logger = logging.getLogger("robustep.search")
+
+#: Value of the failure bowl's floor before any evaluation has succeeded.
+FAILURE_PENALTY = 1e25
+#: Height and curvature of the failure bowl around the best point.
+_BOWL_HEIGHT = 1e3
+
+
+class EvaluationFailed(ArithmeticError):
+    """Raised by ``evaluate`` when a point has no valid approximate evidence."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """What ``evaluate`` returns for one point.
+
+    log_evidence : float, finite.
+    gradient : (k,) d log_evidence / dx, finite.
+    state : the inference result at x (kept for the best point; passed on as a warm start).
+    """
+
+    log_evidence: float
+    gradient: np.ndarray
+    state: Any = None
+
+
+@dataclasses.dataclass
+class EvaluationContext:
+    """What ``evaluate`` knows about the search when it is called.
+
+    warm : the last successful evaluation's ``state`` in this start (or the caller's warm
+        start, or None).
+    first : True until an evaluation of this start has succeeded.
+    start : index of the start (0 for the caller's x0).
+    """
+
+    warm: Any = None
+    first: bool = True
+    start: int = 0
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """The outcome of :func:`maximise_evidence` (an estimator's ``optimizer_result_``).
+
+    Attributes
+    ----------
+    x : (k,) the best evaluated point (the first start if no evaluation succeeded).
+    log_evidence : float, the approximate log evidence at ``x`` (-inf if none succeeded).
+    state : the inference result at ``x`` (None if none succeeded).
+    success : bool, at least one evaluation succeeded.
+    n_evaluations, n_failures : int, evaluations made over all starts, and failed ones.
+    n_starts : int.
+    moved : bool, ``x`` differs from the first start.
+    message : str, why the search stopped (the optimiser's message per start).
+    """
+
+    x: np.ndarray
+    log_evidence: float
+    state: Any
+    success: bool
+    n_evaluations: int
+    n_failures: int
+    n_starts: int
+    moved: bool
+    message: str
+
+    def stuck_reason(self) -> str | None:
+        """A sentence saying why the search may not have learnt anything, or None.
+
+        The search is stuck when no evaluation succeeded, or when it ended at its start
+        after failed evaluations (the optimiser could not find a better point where
+        inference succeeds).
+        """
+        if not self.success:
+            return (
+                f"every one of the {self.n_evaluations} evaluations of the evidence search "
+                "failed (inference did not converge), so the hyperparameters were kept at "
+                "their starting values"
+            )
+        if not self.moved and self.n_failures > 0:
+            return (
+                f"the evidence search ended at its start after {self.n_failures} of "
+                f"{self.n_evaluations} evaluations failed (inference did not converge "
+                "there), so the hyperparameters were kept at their starting values"
+            )
+        return None
+
+
+def draw_starts(x0, bounds, n, rng, *, radius=None, n_coordinates=None) -> list[np.ndarray]:
+    """Extra starts for a search: ``n`` points drawn uniformly, one ``rng.uniform`` call each.
+
+    x0 : (k,) the first start; bounds : (k, 2) array; rng : a numpy RandomState/Generator.
+    radius : None draws the first ``n_coordinates`` coordinates uniformly within their
+        bounds (which must be finite); a number draws them within ``x0 ± radius``
+        clipped to the bounds.  The other coordinates keep x0's values.
+    n_coordinates : how many leading coordinates are drawn (default all).
+    """
+    x0 = np.asarray(x0, dtype=float)
+    bounds = np.asarray(bounds, dtype=float).reshape(-1, 2)
+    p = x0.size if n_coordinates is None else int(n_coordinates)
+    lo, hi = bounds[:p, 0], bounds[:p, 1]
+    if radius is not None:
+        lo, hi = np.maximum(lo, x0[:p] - radius), np.minimum(hi, x0[:p] + radius)
+    elif n > 0 and not np.all(np.isfinite(bounds[:p])):
+        raise ValueError("n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds")
+    starts = []
+    for _ in range(int(n)):
+        x = x0.copy()
+        x[:p] = rng.uniform(lo, hi)
+        starts.append(x)
+    return starts
+
+
+def maximise_evidence(
+    evaluate: Callable[[np.ndarray, EvaluationContext], Evaluation],
+    x0,
+    bounds,
+    *,
+    optimizer="fmin_l_bfgs_b",
+    starts: Sequence[np.ndarray] = (),
+    warm=None,
+    warm_of: Callable[[Any], Any] | None = None,
+    options: dict | None = None,
+    callable_bounds=None,
+    verbose: bool = False,
+) -> SearchResult:
+    """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
+
+    Parameters
+    ----------
+    evaluate : callable ``(x (k,), context) -> Evaluation``; raises EvaluationFailed.
+    x0 : (k,) first start.
+    bounds : k (low, high) pairs for L-BFGS-B (None: open side).
+    optimizer : "fmin_l_bfgs_b" or a callable (scikit-learn's convention).
+    starts : further starts (e.g. from :func:`draw_starts`).
+    warm : the warm start of the first start's first evaluation.
+    warm_of : maps an evaluation's ``state`` to the next evaluation's warm start
+        (default: the state itself).
+    options : L-BFGS-B options (e.g. ``{"maxiter": 200}``).
+    callable_bounds : the (k, 2) bounds a callable optimizer gets, if not ``bounds``.
+    verbose : log a line per evaluation (logger ``robustep.search``, level INFO).
+
+    Returns
+    -------
+    SearchResult
+    """
+    x0 = np.array(x0, dtype=float)
+    warm_of = warm_of or (lambda state: state)
+    counts = {"evaluations": 0, "failures": 0}
+    overall = {"value": -np.inf, "x": None, "state": None}
+    claimed = (np.inf, x0)  # the optimisers' best (func_min, theta_opt) over the starts
+    messages = []
+    started = time.perf_counter()
+
+    for index, start in enumerate([x0, *starts]):
+        context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
+        best = {"value": -np.inf, "x": None}
+
+        def objective(x, context=context, best=best):
+            counts["evaluations"] += 1
+            try:
+                ev = evaluate(np.array(x, dtype=float), context)
+                value = float(ev.log_evidence)
+                grad = np.asarray(ev.gradient, dtype=float)
+                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                    raise EvaluationFailed("non-finite evidence or gradient")
+            except (np.linalg.LinAlgError, ArithmeticError, ValueError):
+                counts["failures"] += 1
+                x_best = x if best["x"] is None else best["x"]
+                floor = FAILURE_PENALTY if best["x"] is None else -best["value"]
+                d = np.asarray(x, dtype=float) - x_best
+                _log(verbose, counts, None, started)
+                return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
+            context.warm = warm_of(ev.state)
+            context.first = False
+            if value > best["value"]:
+                best["value"], best["x"] = value, np.array(x, dtype=float)
+            if value > overall["value"]:
+                overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
+            _log(verbose, counts, value, started)
+            return -value, -grad
+
+        x_opt, f_opt, message = minimise(
+            optimizer, objective, start, bounds, options=options, callable_bounds=callable_bounds
+        )
+        messages.append(message)
+        if best["x"] is None:  # no evaluation of this start succeeded
+            x_opt, f_opt = start, np.inf
+        if f_opt < claimed[0]:
+            claimed = (f_opt, x_opt)
+
+    success = overall["x"] is not None
+    if success and overall["value"] >= -claimed[0]:
+        x, value, state = overall["x"], overall["value"], overall["state"]
+    else:  # a callable optimizer's theta_opt that it claims is better than any evaluation
+        x, value, state = claimed[1], -claimed[0], None
+    x = np.array(x, dtype=float)
+    return SearchResult(
+        x=x,
+        log_evidence=float(value),
+        state=state,
+        success=success,
+        n_evaluations=counts["evaluations"],
+        n_failures=counts["failures"],
+        n_starts=1 + len(starts),
+        moved=bool(success and not np.array_equal(x, x0)),
+        message="; ".join(messages),
+    )
+
+
+def _log(verbose, counts, value, started):
+    if not verbose:
+        return
+    elapsed = time.perf_counter() - started
+    what = "failed" if value is None else f"log evidence {value:.6g}"
+    logger.info(
+        "evidence search: evaluation %d (%d failed): %s, %.1f s",
+        counts["evaluations"],
+        counts["failures"],
+        what,
+        elapsed,
+    )

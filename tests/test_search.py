@@ -1,0 +1,162 @@
+"""The one evidence search of every estimator (robustep.estimators._search)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
+
+
+def _quadratic(centre, wall=None):
+    """log evidence -|x - centre|^2 (state: x), failing where x[0] > wall."""
+    centre = np.asarray(centre, dtype=float)
+    calls = []
+
+    def evaluate(x, context):
+        calls.append((x.copy(), context.warm, context.first, context.start))
+        if wall is not None and x[0] > wall:
+            raise EvaluationFailed("inference did not converge")
+        d = x - centre
+        return Evaluation(-float(d @ d), -2.0 * d, state=x.copy())
+
+    return evaluate, calls
+
+
+def test_finds_the_maximum_and_reports_it():
+    evaluate, _ = _quadratic([0.3, -0.2])
+    res = maximise_evidence(evaluate, np.zeros(2), [(-5, 5), (-5, 5)])
+    np.testing.assert_allclose(res.x, [0.3, -0.2], atol=1e-6)
+    assert res.success and res.moved and res.n_failures == 0 and res.n_starts == 1
+    assert res.log_evidence == pytest.approx(0.0, abs=1e-10)
+    np.testing.assert_array_equal(res.state, res.x)
+    assert res.n_evaluations >= 2 and res.stuck_reason() is None
+    assert "CONVERGENCE" in res.message
+
+
+def test_backs_off_from_a_failure_wall():
+    """The first step jumps far past the region where inference succeeds; the failure bowl
+    points back, so the line search backs off and the search moves towards the wall instead of
+    stopping at its start (a flat penalty with zero gradient stops L-BFGS-B at the start)."""
+    evaluate, _ = _quadratic([50.0], wall=1.0)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)])
+    assert res.success and res.moved and res.n_failures >= 1
+    assert 0.0 < res.x[0] <= 1.0 and res.log_evidence > -(50.0**2)
+    assert res.stuck_reason() is None
+
+    def flat_wall(x):  # the rule the search replaces
+        if x[0] > 1.0:
+            return 1e25, np.zeros(1)
+        return float((x[0] - 50.0) ** 2), 2.0 * (x - 50.0)
+
+    from scipy import optimize
+
+    sol = optimize.minimize(flat_wall, np.zeros(1), jac=True, method="L-BFGS-B",
+                            bounds=[(-100.0, 100.0)])  # fmt: skip
+    assert sol.x[0] == 0.0  # stuck at its start: what the bowl avoids
+
+
+def test_every_evaluation_failing_keeps_the_start_and_says_so():
+    def evaluate(x, context):
+        raise EvaluationFailed
+
+    x0 = np.array([0.5, 1.0])
+    res = maximise_evidence(evaluate, x0, [(-5, 5), (-5, 5)])
+    assert not res.success and not res.moved and res.state is None
+    np.testing.assert_array_equal(res.x, x0)
+    assert res.n_failures == res.n_evaluations >= 1
+    assert "failed" in res.stuck_reason()
+
+
+def test_stuck_at_start_after_failures_is_reported():
+    evaluate, _ = _quadratic([5.0], wall=1e-12)  # every step away from 0 fails
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)])
+    assert res.success and res.n_failures >= 1
+    if not res.moved:
+        assert "ended at its start" in res.stuck_reason()
+
+
+def test_warm_starts_follow_the_last_success_and_restarts_begin_cold():
+    evaluate, calls = _quadratic([50.0], wall=1.0)
+    warm0 = object()
+    maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], warm=warm0,
+                      starts=[np.array([-3.0])])  # fmt: skip
+    first = [c for c in calls if c[3] == 0]
+    second = [c for c in calls if c[3] == 1]
+    assert first[0][1] is warm0 and first[0][2] is True
+    assert second[0][1] is None and second[0][2] is True
+    # after a failed evaluation the warm start is still the last successful point
+    for _, warm, first_flag, _ in first[1:]:
+        assert first_flag is False
+        assert isinstance(warm, np.ndarray) and warm[0] <= 1.0
+    failed = [i for i, c in enumerate(first) if c[0][0] > 1.0]
+    assert failed, "the test needs a failed evaluation"
+    i = failed[0]
+    np.testing.assert_array_equal(first[i + 1][1], first[i][1])
+
+
+def test_best_start_wins():
+    def evaluate(x, context):  # two maxima: x = -2 (value 0) and x = 2 (value 1)
+        a, b = -((x[0] + 2) ** 2), 1.0 - (x[0] - 2) ** 2
+        if a > b:
+            return Evaluation(a, np.array([-2 * (x[0] + 2)]))
+        return Evaluation(b, np.array([-2 * (x[0] - 2)]))
+
+    res = maximise_evidence(evaluate, np.array([-1.5]), [(-5, 5)], starts=[np.array([1.5])])
+    assert res.x[0] == pytest.approx(2.0, abs=1e-5) and res.n_starts == 2
+
+
+def test_callable_optimizer_theta_is_used_when_it_claims_better():
+    evaluate, _ = _quadratic([1.0])
+
+    def optimizer(obj_func, theta, bounds):
+        obj_func(theta)
+        return np.array([0.9]), -5.0  # claims a better value than anything evaluated
+
+    res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)], optimizer=optimizer)
+    np.testing.assert_array_equal(res.x, [0.9])
+    assert res.state is None
+
+    def honest(obj_func, theta, bounds):
+        value, _ = obj_func(np.array([0.5]))
+        return np.array([0.5]), value
+
+    res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)], optimizer=honest)
+    np.testing.assert_array_equal(res.x, [0.5])
+    np.testing.assert_array_equal(res.state, [0.5])
+
+
+def test_draw_starts_rules():
+    x0 = np.array([0.0, 0.0, 7.0])
+    bounds = np.array([[-1.0, 1.0], [-10.0, 10.0], [0.0, 100.0]])
+    rng = np.random.RandomState(0)
+    uniform = draw_starts(x0, bounds, 3, rng, n_coordinates=2)
+    assert len(uniform) == 3
+    for x in uniform:
+        assert np.all(x[:2] >= bounds[:2, 0]) and np.all(x[:2] <= bounds[:2, 1]) and x[2] == 7.0
+    near = draw_starts(x0, bounds, 50, np.random.RandomState(1), radius=2.0, n_coordinates=2)
+    assert max(abs(x[1]) for x in near) <= 2.0 and max(abs(x[0]) for x in near) <= 1.0
+    # the same draws as rng.uniform(lo, hi) per start
+    rng_a, rng_b = np.random.RandomState(5), np.random.RandomState(5)
+    got = draw_starts(x0, bounds, 2, rng_a, n_coordinates=2)
+    want = [rng_b.uniform(bounds[:2, 0], bounds[:2, 1]) for _ in range(2)]
+    np.testing.assert_array_equal(np.array(got)[:, :2], want)
+    with pytest.raises(ValueError, match="finite"):
+        draw_starts(x0, np.array([[-np.inf, 1.0]] * 3), 1, rng)
+    assert draw_starts(x0, np.array([[-np.inf, 1.0]] * 3), 0, rng) == []
+
+
+def test_verbose_logs_each_evaluation(caplog):
+    evaluate, _ = _quadratic([0.5], wall=2.0)
+    with caplog.at_level(logging.INFO, logger="robustep.search"):
+        res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)], verbose=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "robustep.search"]
+    assert len(lines) == res.n_evaluations
+    assert "log evidence" in lines[-1] and "evaluation" in lines[0]
