@@ -26,7 +26,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from robustep import diagnostics
-from robustep.estimators._optimizer import run_optimizer
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
 
 __all__ = ["MultinomialCore", "fit_one_vs_rest", "multinomial_supported"]
 
@@ -111,7 +116,8 @@ class MultinomialCore:
 
         return run_with_damping(run, self.damping, self.max_iter, init)
 
-    def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
+    def _evaluate(self, theta, eval_gradient, init=None):
+        """(log Z_EP, its gradient (p,) or None, the nested-EP result) at ``theta``."""
         kernel = self._with_theta(theta)
         if self.per_class_kernel:
             K, K_gradient = _class_prior(kernel, self.X, eval_gradient)
@@ -119,24 +125,13 @@ class MultinomialCore:
             K, K_gradient = kernel(self.X, eval_gradient=True)
         else:
             K = kernel(self.X)
-        init = self._warm if warm else None
-        try:
-            res = self._infer(K, init=init)
-        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        res = self._infer(K, init=init)
         value = float(res.log_Z)
-        self._last_converged = bool(res.converged)
-        if warm and np.isfinite(value) and res.converged:
-            self._warm = _warm_state(res)
-            if value > self._best[0]:
-                self._best = (value, np.array(theta, dtype=float), res)
-        if not eval_gradient:
-            return value
-        if not np.isfinite(value):
-            return value, np.zeros_like(theta)
+        if not eval_gradient or not np.isfinite(value):
+            return value, None if not eval_gradient else np.zeros_like(theta), res
         if self.per_class_kernel:  # theta: the c kernels' blocks, in class order
-            return value, np.asarray(res.log_Z_gradient(K_gradient, per_class=True), float)
-        return value, np.asarray(res.log_Z_gradient(K_gradient), dtype=float)
+            return value, np.asarray(res.log_Z_gradient(K_gradient, per_class=True), float), res
+        return value, np.asarray(res.log_Z_gradient(K_gradient), dtype=float), res
 
     def _with_theta(self, theta):
         """The kernel at log hyperparameters ``theta`` (per class: c blocks of p)."""
@@ -154,17 +149,16 @@ class MultinomialCore:
         self.X = np.asarray(X, dtype=float)
         self.y = np.asarray(y, dtype=int)
         self.n_classes = int(n_classes)
-        self._best = (-np.inf, None, None)
-        self._warm = None
         if self.per_class_kernel and not hasattr(self.kernel, "kernels"):
             from sklearn.base import clone
             from sklearn.gaussian_process.kernels import CompoundKernel
 
             self.kernel = CompoundKernel([clone(self.kernel) for _ in range(self.n_classes)])
+        self.search_result = None
+        theta, res = None, None
         if self.optimizer is not None and self.kernel.n_dims > 0:
-            self._optimise()
-        _, theta, res = self._best
-        self._best = self._warm = None
+            self.search_result = self._optimise()
+            theta, res = self.search_result.x, self.search_result.state
         if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
             K = _class_prior(self.kernel, self.X)[0] if self.per_class_kernel else None
             res = self._infer(self.kernel(self.X) if K is None else K)
@@ -172,37 +166,34 @@ class MultinomialCore:
         return self
 
     def _optimise(self):
-        def obj(theta):
-            self._last_converged = False
-            value, grad = self._evidence_and_gradient(theta, True, warm=True)
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))) or not self._last_converged:
-                return 1e25, np.zeros_like(theta)
-            return -value, -grad
+        """The evidence search (estimators/_search.py); sets ``kernel`` to its best point."""
+
+        def evaluate(theta, context):
+            value, grad, res = self._evaluate(theta, True, init=context.warm)
+            if not (np.isfinite(value) and res.converged):
+                raise EvaluationFailed
+            return Evaluation(value, grad, state=res)
 
         bounds = self.kernel.bounds
-        starts = [self.kernel.theta]
-        if self.n_restarts_optimizer > 0:
-            if not np.all(np.isfinite(bounds)):
-                raise ValueError(
-                    "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
-                )
-            rng = check_random_state(self.random_state)
-            starts += [
-                rng.uniform(bounds[:, 0], bounds[:, 1]) for _ in range(self.n_restarts_optimizer)
-            ]
-        best_theta, best_value = self.kernel.theta, np.inf
-        for start in starts:
-            self._warm = None
-            x, value = run_optimizer(self.optimizer, obj, start, bounds)
-            if value < best_value:
-                best_theta, best_value = x, value
-        if self._best[1] is not None and self._best[0] >= -best_value:
-            best_theta = self._best[1]
-        self.kernel = self._with_theta(best_theta)
+        starts = draw_starts(
+            self.kernel.theta, bounds, self.n_restarts_optimizer,
+            check_random_state(self.random_state) if self.n_restarts_optimizer else None,
+        )  # fmt: skip
+        search = maximise_evidence(
+            evaluate, self.kernel.theta, bounds, optimizer=self.optimizer, starts=starts,
+            warm_of=_warm_state,
+        )  # fmt: skip
+        self.kernel = self._with_theta(search.x)
+        return search
 
     def log_marginal_likelihood(self, theta, eval_gradient=False):
         """log Z_EP at log hyperparameters ``theta`` (and its gradient (p,))."""
-        return self._evidence_and_gradient(np.asarray(theta, dtype=float), eval_gradient)
+        theta = np.asarray(theta, dtype=float)
+        try:
+            value, grad, _ = self._evaluate(theta, eval_gradient)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        return (value, grad) if eval_gradient else value
 
     # --------------------------------------------------------------- predict
     def predict_latent(self, X):

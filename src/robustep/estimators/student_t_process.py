@@ -21,7 +21,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data
-from robustep.estimators._optimizer import run_optimizer
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
 from robustep.estimators.bpm import _binary_labels, _noisy_step_proba
 from robustep.tep.process import (
     process_log_marginal_likelihood,
@@ -230,26 +235,27 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
             return "explicit" if np.isinf(self._df()) else "implicit"
         return self.gradient
 
-    def _objective(self, theta, kernel, X, y, cache):
-        """Negative converged log evidence at ``theta`` and its gradient (``self.gradient``).
+    def _evaluate(self, theta, kernel, X, y, warm):
+        """Converged log evidence at ``theta`` and its gradient (``self.gradient``).
 
-        EP is warm-started from the sites of the previous evaluation (``cache``).
+        EP is warm-started from ``warm``, the sites of the previous successful evaluation.
         Analytic modes: one EP run and O(n^3) work (docs/derivations/tep.md §8);
         "finite-difference": central differences of the *converged* evidence, EP re-run
-        warm-started at theta +- h e_i (2 EP runs per hyperparameter).
+        warm-started at theta +- h e_i (2 EP runs per hyperparameter).  Raises
+        EvaluationFailed where EP does not converge or the evidence is not finite.
         """
         inner_tol = min(self.tol, 1e-8)
         mode = self._gradient_mode()
         kern = kernel.clone_with_theta(theta)
         if mode == "finite-difference":
-            lml, warm, converged = self._lml_at(kern, X, y, cache.get("warm"), inner_tol)
+            lml, new_warm, converged = self._lml_at(kern, X, y, warm, inner_tol)
         else:
             K, K_gradient = kern(X, eval_gradient=True)
-            tau, nu, post, info = self._run_ep_tol(K, y, cache.get("warm"), inner_tol)
+            tau, nu, post, info = self._run_ep_tol(K, y, warm, inner_tol)
             converged = info.converged
-            warm = (tau, nu, post.logdet_b) if post is not None else None
+            new_warm = (tau, nu, post.logdet_b) if post is not None else None
             if not converged:  # not a fixed point: neither value nor gradient is valid
-                return self._rejected(theta, cache)
+                raise EvaluationFailed
             with np.errstate(all="ignore"):
                 lml, grad = process_log_marginal_likelihood_gradient(
                     K,
@@ -263,43 +269,22 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
                     implicit=mode == "implicit",
                 )
             if np.isfinite(lml) and np.all(np.isfinite(grad)):
-                return self._accepted(theta, lml, grad, warm, cache)
+                return Evaluation(lml, grad, state=new_warm)
             # otherwise fall back to finite differences for this evaluation
         if not (np.isfinite(lml) and converged):
-            return self._rejected(theta, cache)
+            raise EvaluationFailed
         grad = np.zeros_like(theta)
         h = 1e-4
         for i in range(theta.size):
             e = np.zeros_like(theta)
             e[i] = h
-            fp = self._lml_at(kernel.clone_with_theta(theta + e), X, y, warm, inner_tol)[0]
-            fm = self._lml_at(kernel.clone_with_theta(theta - e), X, y, warm, inner_tol)[0]
+            fp = self._lml_at(kernel.clone_with_theta(theta + e), X, y, new_warm, inner_tol)[0]
+            fm = self._lml_at(kernel.clone_with_theta(theta - e), X, y, new_warm, inner_tol)[0]
             grad[i] = (fp - fm) / (2 * h) if np.isfinite(fp) and np.isfinite(fm) else 0.0
-        return self._accepted(theta, lml, grad, warm, cache)
+        return Evaluation(lml, grad, state=new_warm)
 
-    @staticmethod
-    def _accepted(theta, lml, grad, warm, cache):
-        cache["warm"] = warm
-        cache.setdefault("first", -lml)
-        cache.setdefault("sites", {})[np.asarray(theta, dtype=float).tobytes()] = warm
-        if "best" not in cache or -lml < cache["best"][1]:
-            cache["best"] = (np.array(theta, dtype=float), -lml)
-        return -lml, -grad
-
-    @staticmethod
-    def _rejected(theta, cache):
-        """Objective at a point where EP did not converge (or the evidence is not finite).
-
-        A smooth wall ``f_first + 1 + 100 |theta - theta_best|^2``: larger than every
-        value L-BFGS-B can have accepted (its iterates only decrease from f_first), with a
-        gradient pointing back to the best converged point, so the line search backtracks
-        instead of aborting (a constant 1e25 with zero gradient makes it stop).
-        """
-        cache["n_rejected"] = cache.get("n_rejected", 0) + 1
-        if "best" not in cache:
-            return 1e25, np.zeros_like(theta)
-        d = theta - cache["best"][0]
-        return cache["first"] + 1.0 + 100.0 * (d @ d), 200.0 * d
+    def _search_evaluation(self, theta, context, *, kernel, X, y):
+        return self._evaluate(theta, kernel, X, y, context.warm)
 
     # ------------------------------------------------------------------ API
     @limits_blas_threads
@@ -311,38 +296,29 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         kernel = default_kernel(X.shape[1]) if self.kernel is None else clone(self.kernel)
         self.X_train_ = X
         if self.optimizer is not None and kernel.n_dims > 0:
-            rng = check_random_state(self.random_state)
             bounds = kernel.bounds
-            starts = [kernel.theta]
-            for _ in range(self.n_restarts_optimizer):
-                starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
-            best, warm = None, None
-            for theta0 in starts:
-                cache = {}
-                theta_opt, f_opt = run_optimizer(
-                    self.optimizer,
-                    partial(self._objective, kernel=kernel, X=X, y=y_pm, cache=cache),
-                    theta0,
-                    bounds,
-                    options={"maxiter": 50},
-                )
-                # The optimiser "could not move" if no evaluation converged, or if it
-                # stayed at its start after rejecting points (EP failed there): the start
-                # is then not shown to be an optimum.
-                stuck = "best" not in cache or (
-                    cache.get("n_rejected", 0) > 0 and np.array_equal(cache["best"][0], theta0)
-                )
-                if best is None or f_opt < best[1]:
-                    best = (theta_opt, f_opt, stuck, cache.get("n_rejected", 0))
-                    # sites at the optimum: the final EP run starts from its fixed point
-                    warm = cache.get("sites", {}).get(np.asarray(theta_opt, float).tobytes())
-            kernel = kernel.clone_with_theta(best[0])
-            self.optimizer_stuck_ = bool(best[2])
-            self.n_rejected_evaluations_ = int(best[3])
+            starts = draw_starts(
+                kernel.theta, bounds, self.n_restarts_optimizer,
+                check_random_state(self.random_state),
+            )  # fmt: skip
+            search = maximise_evidence(
+                partial(self._search_evaluation, kernel=kernel, X=X, y=y_pm),
+                kernel.theta, bounds, optimizer=self.optimizer, starts=starts,
+                options={"maxiter": 50},
+            )  # fmt: skip
+            # the sites at the optimum: the final EP run starts from its fixed point
+            kernel, warm = kernel.clone_with_theta(search.x), search.state
+            # the search "could not move" if no evaluation converged, or if it stayed at its
+            # start after rejecting points (EP failed there): the start is then not shown
+            # to be an optimum
+            self.optimizer_stuck_ = search.stuck_reason() is not None
+            self.n_rejected_evaluations_ = int(search.n_failures)
+            self.optimizer_result_ = search
         else:
             warm = None
             self.optimizer_stuck_ = False
             self.n_rejected_evaluations_ = 0
+            self.optimizer_result_ = None
         self.kernel_ = kernel
         K = kernel(X)
         tau, nu, post, info = self._run_ep(K, y_pm, warm)
