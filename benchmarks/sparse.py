@@ -392,16 +392,16 @@ def optimise(cfg, rng=None):
     elapsed time after 10, 20, 30, 50, 100, 150 evaluations; ``opt_maxiter`` caps the
     L-BFGS-B iterations through a callable ``optimizer``; ``opt_fixed_inducing`` keeps
     the k-means inducing inputs."""
-    import robustep.estimators._sparse as sparse_fit
+    import logging
+
     from robustep.estimators import GPClassifier
 
     trace = []  # (seconds since the fit started, -log evidence) per objective evaluation
 
-    class Counted(sparse_fit._Objective):
-        def __call__(self, x):
-            out = super().__call__(x)
-            trace.append((time.perf_counter() - t0, float(out[0])))
-            return out
+    class Trace(logging.Handler):  # the evidence search logs every evaluation at DEBUG
+        def emit(self, record):
+            value = getattr(record, "log_evidence", None)
+            trace.append((time.perf_counter() - t0, 1e25 if value is None else -value))
 
     d = 8
     rng = np.random.default_rng(2) if rng is None else rng
@@ -411,8 +411,10 @@ def optimise(cfg, rng=None):
     cap = cfg.get("opt_maxiter")
     optimizer = "fmin_l_bfgs_b" if cap is None else capped_lbfgs(int(cap))
     opt_z = not cfg.get("opt_fixed_inducing", False)
-    original = sparse_fit._Objective
-    sparse_fit._Objective = Counted
+    search_log = logging.getLogger("robustep.search")
+    handler, level = Trace(level=logging.DEBUG), search_log.level
+    search_log.addHandler(handler)
+    search_log.setLevel(logging.DEBUG)
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = _quiet()
     try:
@@ -421,7 +423,8 @@ def optimise(cfg, rng=None):
                            random_state=0).fit(X, y)  # fmt: skip
     finally:
         ctx.__exit__(None, None, None)
-        sparse_fit._Objective = original
+        search_log.removeHandler(handler)
+        search_log.setLevel(level)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     proba = est.predict_proba(Xt)[:, 1]
     err = float(np.mean(est.predict(Xt) != yt))

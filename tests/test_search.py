@@ -160,3 +160,14 @@ def test_verbose_logs_each_evaluation(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "robustep.search"]
     assert len(lines) == res.n_evaluations
     assert "log evidence" in lines[-1] and "evaluation" in lines[0]
+
+
+def test_every_evaluation_is_a_debug_record_with_its_values(caplog):
+    evaluate, _ = _quadratic([0.5], wall=2.0)
+    with caplog.at_level(logging.DEBUG, logger="robustep.search"):
+        res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)])
+    records = [r for r in caplog.records if r.name == "robustep.search"]
+    assert len(records) == res.n_evaluations
+    assert all(r.levelno == logging.DEBUG for r in records)
+    assert records[-1].evaluation == res.n_evaluations
+    assert max(r.log_evidence for r in records) == pytest.approx(res.log_evidence)

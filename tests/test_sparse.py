@@ -567,12 +567,12 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
     assert final[1] == regressor._FINAL_MAX_ITER and not final[2]
 
 
-def test_sparse_objective_keeps_the_last_warm_start_after_a_failure():
+def test_sparse_search_keeps_the_last_warm_start_after_a_failure():
     """A failed evaluation returns the penalty bowl and leaves the warm start at the last
     successful evaluation's sites (the line search comes back towards it)."""
     from types import SimpleNamespace
 
-    from robustep.estimators._sparse import _Objective
+    from robustep.estimators._sparse import SearchSpace, optimise
 
     seen = []
 
@@ -586,15 +586,23 @@ def test_sparse_objective_keeps_the_last_warm_start_after_a_failure():
     def gradient(res, kernel, Z, lik, wrt_Z):
         return np.zeros(1), np.zeros(0), np.zeros((2, 1))
 
-    obj = _Objective(infer, gradient, KERNEL.k2, np.zeros((2, 1)), 0, False, None)
+    space = SearchSpace(infer, gradient, KERNEL.k2, np.zeros((2, 1)), 0, False)
     x = KERNEL.k2.theta
-    obj(x)
-    value, grad = obj(x + 0.5)  # not converged: the penalty around the best point
+    values = []
+
+    def three_points(obj_func, theta, bounds):
+        for step in (0.0, 0.5, 0.25):
+            values.append(obj_func(theta + step))
+        return theta, values[0][0]
+
+    search = optimise(space, x, [(None, None)] * x.size, optimizer=three_points)
+    value, grad = values[1]  # not converged: the penalty around the best point
     assert value > 1e3 - 1.0 and np.allclose(grad, 2e3 * 0.5)
-    obj(x + 0.25)
     assert seen[0] is None
     np.testing.assert_array_equal(seen[1][0], np.full(3, 1))
     np.testing.assert_array_equal(seen[2][0], np.full(3, 1))  # not reset by the failure
+    assert search.n_evaluations == 3 and search.n_failures == 1
+    np.testing.assert_array_equal(search.x, x)  # the best evaluation: log Z = -1 at x
 
 
 @pytest.mark.parametrize(

@@ -99,7 +99,7 @@ class SparseMultinomialCore:
         last = [None]  # the latest result, for warm starts (see infer)
 
         def infer(kernel, Z, _lik, init):
-            # _Objective passes the previous result's (site_precision, site_shift); nested
+            # the search passes the previous result's (site_precision, site_shift); nested
             # EP warm-starts from that result's inner sites instead
             prev = last[0]
             ab = None
@@ -113,26 +113,19 @@ class SparseMultinomialCore:
             return gk, np.zeros(0), gZ
 
         init = None
+        self.search_result = None
         if self.optimizer is not None and (self.kernel.n_dims > 0 or opt_Z):
-            obj = _sparse._Objective(infer, gradient, self.kernel, Z, 0, opt_Z, None)
+            space = _sparse.SearchSpace(infer, gradient, self.kernel, Z, 0, opt_Z)
             x0 = np.concatenate([self.kernel.theta, Z.ravel() if opt_Z else []])
-            kbounds = np.asarray(self.kernel.bounds, dtype=float).reshape(-1, 2)
-            bounds = [tuple(b) for b in kbounds] + _sparse._free_bounds(Z, opt_Z)
-            starts = []
-            if self.n_restarts_optimizer > 0:
-                if not np.all(np.isfinite(kbounds)):
-                    raise ValueError(
-                        "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
-                    )
-                from sklearn.utils import check_random_state
-
-                rng = check_random_state(self.random_state)
-                for _ in range(self.n_restarts_optimizer):
-                    s = x0.copy()
-                    s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
-                    starts.append(s)
-            x, _, best = _sparse.optimise(obj, x0, bounds, starts, optimizer=self.optimizer)
-            self.kernel, _, Z = obj.unpack(x)
+            kbounds = [tuple(b) for b in np.asarray(self.kernel.bounds, float).reshape(-1, 2)]
+            bounds = kbounds + _sparse._free_bounds(Z, opt_Z)
+            starts = _sparse.restart_points(
+                x0, bounds, self.n_restarts_optimizer, self.random_state, n_coordinates=len(kbounds)
+            )
+            search = _sparse.optimise(space, x0, bounds, starts, optimizer=self.optimizer)
+            self.search_result = search
+            self.kernel, _, Z = space.unpack(search.x)
+            best = search.state
             init = None if best is None else (best.alpha, best.beta)
         self.Z = np.array(Z, dtype=float)
         self.result = self._infer(self.kernel, self.Z, init)

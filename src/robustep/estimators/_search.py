@@ -186,7 +186,8 @@ def maximise_evidence(
         (default: the state itself).
     options : L-BFGS-B options (e.g. ``{"maxiter": 200}``).
     callable_bounds : the (k, 2) bounds a callable optimizer gets, if not ``bounds``.
-    verbose : log a line per evaluation (logger ``robustep.search``, level INFO).
+    verbose : log a line per evaluation at level INFO (logger ``robustep.search``; at
+        DEBUG level otherwise).
 
     Returns
     -------
@@ -257,14 +258,26 @@ def maximise_evidence(
 
 
 def _log(verbose, counts, value, started):
-    if not verbose:
+    """One record per evaluation on the ``robustep.search`` logger: INFO when ``verbose``,
+    else DEBUG (a handler can trace a search without changing it).  The record carries
+    ``evaluation``, ``failures``, ``log_evidence`` (None when it failed) and ``elapsed``."""
+    level = logging.INFO if verbose else logging.DEBUG
+    if not logger.isEnabledFor(level):
         return
     elapsed = time.perf_counter() - started
     what = "failed" if value is None else f"log evidence {value:.6g}"
-    logger.info(
+    extra = {
+        "evaluation": counts["evaluations"],
+        "failures": counts["failures"],
+        "log_evidence": value,
+        "elapsed": elapsed,
+    }
+    logger.log(
+        level,
         "evidence search: evaluation %d (%d failed): %s, %.1f s",
         counts["evaluations"],
         counts["failures"],
         what,
         elapsed,
+        extra=extra,
     )

@@ -32,7 +32,13 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
 from robustep.estimators._auto import warn_if_not_converged
-from robustep.estimators._optimizer import run_optimizer
+from robustep.estimators._optimizer import bounds_array
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
 from robustep.posterior.sparse import FITCPrior
 
@@ -43,7 +49,6 @@ DASK_KMEANS_ROWS = 50_000
 PREDICT_BATCH = 4096
 #: jitter on K_mm relative to the mean prior variance at the initial inducing inputs
 RELATIVE_JITTER = 1e-6
-_PENALTY = 1e25
 
 GPC_SPARSE_METHODS = ("auto", "ep", "damped", "power", "rep")
 TGP_SPARSE_METHODS = ("auto", "ep", "fractional")
@@ -249,20 +254,23 @@ def latent_moments(result, kernel, Z, X, *, batch=PREDICT_BATCH):
 
 
 # --------------------------------------------------------------------------- optimiser
-class _Objective:
-    """-log Z and its gradient over x = [kernel theta, likelihood log params, vec(Z)]."""
+class SearchSpace:
+    """The search coordinates x = [kernel theta, likelihood log params, vec(Z)] of a sparse
+    fit, and the evaluation of -log Z and its gradient there for the evidence search.
 
-    def __init__(self, infer, gradient, kernel, Z, n_lik, optimize_inducing, lik_from):
-        self.infer = infer  # infer(kernel, Z, lik_params, init) -> EPResult
-        self.gradient = gradient  # gradient(res, kernel, Z, lik_params, wrt_Z) -> (gk, gl, gZ)
+    infer(kernel, Z, lik_params, init) -> EPResult, where ``init`` is the last successful
+    evaluation's (site_precision, site_shift) in the same start (None before the first);
+    gradient(res, kernel, Z, lik_params, wrt_Z) -> (gk, gl, gZ).
+    """
+
+    def __init__(self, infer, gradient, kernel, Z, n_lik, optimize_inducing):
+        self.infer = infer
+        self.gradient = gradient
         self.kernel = kernel
         self.Z0 = Z
         self.p = kernel.theta.size
         self.n_lik = n_lik
         self.opt_Z = optimize_inducing
-        self.lik_from = lik_from
-        self.warm = None
-        self.best = (np.inf, None, None)
 
     def unpack(self, x):
         kernel = self.kernel.clone_with_theta(x[: self.p])
@@ -270,55 +278,44 @@ class _Objective:
         Z = x[self.p + self.n_lik :].reshape(self.Z0.shape) if self.opt_Z else self.Z0
         return kernel, lik, Z
 
-    def __call__(self, x):
+    def evaluate(self, x, context):
+        """The log evidence at x and its gradient (estimators/_search.py's ``evaluate``)."""
         kernel, lik, Z = self.unpack(x)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-                res = self.infer(kernel, Z, lik, self.warm)
-            value = float(res.log_Z)
-            if not (np.isfinite(value) and res.converged):
-                raise FloatingPointError
-            gk, gl, gZ = self.gradient(res, kernel, Z, lik, self.opt_Z)
-            grad = np.concatenate([gk, gl, gZ.ravel() if self.opt_Z else []])
-            if not np.all(np.isfinite(grad)):
-                raise FloatingPointError
-        except (np.linalg.LinAlgError, ArithmeticError, ValueError):
-            # failed inference: a quadratic bowl around the best point so far lets the
-            # L-BFGS-B line search backtrack smoothly.  The warm start stays the last
-            # successful evaluation's (the line search comes back towards it), as in the
-            # dense searches; a start has none until one of its evaluations succeeds.
-            fb, xb, _ = self.best
-            xb = x if xb is None else xb
-            fb = _PENALTY if not np.isfinite(fb) else fb
-            d = x - xb
-            return fb + 1e3 * (1.0 + float(d @ d)), 2e3 * d
-        self.warm = (res.site_precision, res.site_shift)
-        if -value < self.best[0]:
-            self.best = (-value, x.copy(), res)
-        return -value, -grad
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            res = self.infer(kernel, Z, lik, context.warm)
+        value = float(res.log_Z)
+        if not (np.isfinite(value) and res.converged):
+            raise EvaluationFailed
+        gk, gl, gZ = self.gradient(res, kernel, Z, lik, self.opt_Z)
+        grad = np.concatenate([gk, gl, gZ.ravel() if self.opt_Z else []])
+        return Evaluation(value, grad, state=res)
 
 
-def optimise(objective, x0, bounds, starts=(), maxiter=200, optimizer="fmin_l_bfgs_b",
+def _sites_of(res):
+    return (res.site_precision, res.site_shift)
+
+
+def optimise(space, x0, bounds, starts=(), maxiter=200, optimizer="fmin_l_bfgs_b",
              callable_bounds=None):  # fmt: skip
-    """L-BFGS-B (at most ``maxiter`` iterations), or the user's callable ``optimizer``
-    (:mod:`robustep.estimators._optimizer`), from x0 and each extra start; returns
-    (x_best, value, result) of the best evaluation."""
-    best = (np.inf, x0, None)
-    for start in [x0, *starts]:
-        objective.warm = None
-        objective.best = (np.inf, None, None)
-        x_opt, f_opt = run_optimizer(
-            optimizer, objective, start, bounds, options={"maxiter": maxiter},
-            callable_bounds=callable_bounds,
-        )  # fmt: skip
-        f, x, res = objective.best
-        if x is None:
-            f, x = f_opt, x_opt
-        if f < best[0]:
-            best = (f, x, res)
-    return best[1], best[0], best[2]
+    """The evidence search (estimators/_search.py) over ``space`` from x0 and each extra
+    start: L-BFGS-B (at most ``maxiter`` iterations) or the user's callable ``optimizer``.
+    Returns the :class:`~robustep.estimators._search.SearchResult`."""
+    return maximise_evidence(
+        space.evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm_of=_sites_of,
+        options={"maxiter": maxiter}, callable_bounds=callable_bounds,
+    )  # fmt: skip
+
+
+def restart_points(x0, bounds, n_restarts, random_state, *, n_coordinates):
+    """Extra starts drawn uniformly within the (finite) kernel bounds (classifiers' rule)."""
+    if n_restarts <= 0:
+        return []
+    from sklearn.utils import check_random_state
+
+    return draw_starts(x0, bounds_array(bounds), n_restarts, check_random_state(random_state),
+                       n_coordinates=n_coordinates)  # fmt: skip
 
 
 def _free_bounds(Z, optimize_inducing):
@@ -410,27 +407,16 @@ def fit_classifier(est):
     with blas_thread_limit(X.shape[0]):
         res = None
         if est.optimizer is not None and (est.kernel_.n_dims > 0 or opt_Z):
-            obj = _Objective(infer, gradient, est.kernel_, Z, 0, opt_Z, None)
+            space = SearchSpace(infer, gradient, est.kernel_, Z, 0, opt_Z)
             x0 = np.concatenate([est.kernel_.theta, Z.ravel() if opt_Z else []])
             kb = [tuple(b) for b in np.asarray(est.kernel_.bounds).reshape(-1, 2)]
             bounds = kb + _free_bounds(Z, opt_Z)
-            starts = []
-            if est.n_restarts_optimizer > 0:
-                kbounds = np.asarray(est.kernel_.bounds)
-                if not np.all(np.isfinite(kbounds)):
-                    raise ValueError(
-                        "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
-                    )
-                from sklearn.utils import check_random_state
-
-                rng = check_random_state(est.random_state)
-                for _ in range(est.n_restarts_optimizer):
-                    s = x0.copy()
-                    s[: kbounds.shape[0]] = rng.uniform(kbounds[:, 0], kbounds[:, 1])
-                    starts.append(s)
-            x, _, best_res = optimise(obj, x0, bounds, starts, optimizer=est.optimizer)
-            kernel, _, Z = obj.unpack(x)
+            starts = restart_points(x0, bounds, est.n_restarts_optimizer, est.random_state,
+                                    n_coordinates=len(kb))  # fmt: skip
+            search = optimise(space, x0, bounds, starts, optimizer=est.optimizer)
+            kernel, _, Z = space.unpack(search.x)
             est.kernel_ = kernel
+            best_res = search.state
             init = None if best_res is None else (best_res.site_precision, best_res.site_shift)
         else:
             init = None
@@ -555,7 +541,7 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_i
     if est.optimizer is not None:
         p = kernel.theta.size
         n_lik = 2 if fit_df else 1
-        obj = _Objective(infer, gradient, kernel, Z, n_lik, opt_Z, lik_of)
+        space = SearchSpace(infer, gradient, kernel, Z, n_lik, opt_Z)
         bounds = np.vstack(
             [
                 np.asarray(kernel.bounds, float).reshape(-1, 2),
@@ -567,22 +553,19 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_i
         opt_bounds[p] = (bounds[p, 0], None)  # open upper bound of log sigma, as the dense fit
         x0 = np.concatenate([kernel.theta, [np.log(scale)], [np.log(df)] if fit_df else []])
         x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
-        starts = []
-        for _ in range(est.n_restarts_optimizer):
-            s = x0.copy()
-            lo = np.maximum(bounds[:p, 0], x0[:p] - 2.0)
-            hi = np.minimum(bounds[:p, 1], x0[:p] + 2.0)
-            s[:p] = rng.uniform(lo, hi)
-            starts.append(np.concatenate([s, Z.ravel() if opt_Z else []]))
         x0 = np.concatenate([x0, Z.ravel() if opt_Z else []])
-        x, _, best = optimise(
-            obj, x0, opt_bounds + _free_bounds(Z, opt_Z), starts, optimizer=est.optimizer,
-            callable_bounds=[tuple(b) for b in bounds] + _free_bounds(Z, opt_Z),
+        full_bounds = [tuple(b) for b in bounds] + _free_bounds(Z, opt_Z)
+        starts = draw_starts(x0, bounds_array(full_bounds), est.n_restarts_optimizer, rng,
+                             radius=2.0, n_coordinates=p)  # fmt: skip
+        search = optimise(
+            space, x0, opt_bounds + _free_bounds(Z, opt_Z), starts, optimizer=est.optimizer,
+            callable_bounds=full_bounds,
         )  # fmt: skip
+        x = search.x
         est._record_bounds(kernel, x[: p + n_lik], bounds, fit_df)
-        kernel, lp, Z = obj.unpack(x)
+        kernel, lp, Z = space.unpack(x)
         lik = lik_of(lp)
-        warm = best
+        warm = search.state
     else:
         warm = None
     res = infer_at(kernel, Z, lik, warm)
