@@ -262,11 +262,9 @@ def test_warm_started_evaluation_equals_cold_one(method):
     clf = GPClassifier(KERNEL, method=method, optimizer=None, tol=1e-8).fit(X, y)
     theta0 = clf.kernel_.theta
     theta1 = theta0 + np.array([0.7, -0.4])
-    clf._best_eval = (-np.inf, None, None, None)
-    clf._warm_start = None
-    clf._evidence_and_gradient(theta0, True, warm=True)  # leaves theta0's state behind
-    assert clf._warm_start is not None
-    warm_value, warm_grad = clf._evidence_and_gradient(theta1, True, warm=True)
+    _, _, res0, _ = clf._evaluate(theta0, True, search=True)
+    warm = clf._warm_state(res0)  # what the search passes on from theta0's evaluation
+    warm_value, warm_grad, _, _ = clf._evaluate(theta1, True, init=warm, search=True)
     cold_value, cold_grad = clf.log_marginal_likelihood(theta1, eval_gradient=True)
     assert warm_value == pytest.approx(cold_value, abs=1e-7)
     np.testing.assert_allclose(warm_grad, cold_grad, rtol=1e-5, atol=1e-6)
@@ -296,7 +294,9 @@ def test_optimised_fit_reuses_its_best_evaluation(method):
     )
     Xt, _ = _data(n=20, seed=4)
     np.testing.assert_allclose(clf.predict_proba(Xt), cold.predict_proba(Xt), atol=1e-5)
-    assert clf._best_eval is None and clf._warm_start is None  # optimiser state dropped
+    search = clf.optimizer_result_
+    assert search.success and search.moved and search.n_evaluations >= 2
+    assert search.log_evidence == clf.log_marginal_likelihood_value_  # no separate final run
 
 
 def test_default_fit_reaches_the_multistart_optimum():

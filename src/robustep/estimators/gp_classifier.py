@@ -34,7 +34,12 @@ from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._auto import warn_if_not_converged
-from robustep.estimators._optimizer import run_optimizer
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
 from robustep.linalg import cholesky_inverse
 from robustep.posterior import DensePrior
 
@@ -397,7 +402,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             value = res.log_marginal_likelihood
         return float(value)
 
-    def _evidence_and_gradient(self, theta, eval_gradient, warm=False):
+    def _evaluate(self, theta, eval_gradient, init=None, search=False):
+        """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
+        the inference result, K).  ``search``: an evaluation of the evidence search, which
+        raises EvaluationFailed for a result that did not converge or whose evidence is not
+        finite (it has no valid evidence nor gradient) before computing the gradient."""
         kernel = self.kernel_.clone_with_theta(theta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -410,21 +419,22 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 K, K_gradient = kernel(self.X_train_, eval_gradient=True)
             else:
                 K = kernel(self.X_train_)
-            init = self._warm_start if warm else None
-            try:
-                res = self._infer(K, init=init)
-            except (linalg.LinAlgError, ValueError, FloatingPointError):
-                return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+            res = self._infer(K, init=init)
             value = self._log_evidence(res)
-            self._last_converged = bool(res.converged)
-            if warm and np.isfinite(value) and res.converged:
-                self._warm_start = self._warm_state(res)
-                if value > self._best_eval[0]:  # the final fit reuses the best evaluation
-                    self._best_eval = (value, np.array(theta, dtype=float), res, K)
-            if not eval_gradient:
-                return value
-            grad = self._gradient(res, K_gradient)
-        return value, np.asarray(grad, dtype=float)
+            if search and not (np.isfinite(value) and res.converged):
+                raise EvaluationFailed
+            grad = None
+            if eval_gradient:
+                grad = np.asarray(self._gradient(res, K_gradient), dtype=float)
+        return value, grad, res, K
+
+    def _evidence_and_gradient(self, theta, eval_gradient):
+        """``log_marginal_likelihood(theta)``: -inf (and a zero gradient) where inference fails."""
+        try:
+            value, grad, _, _ = self._evaluate(theta, eval_gradient)
+        except (linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        return (value, grad) if eval_gradient else value
 
     def _warm_state(self, res):
         """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f."""
@@ -540,11 +550,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         With the optimiser, the result is the best evaluation it made (warm-started from the
         previous evaluation, converged to ``tol``): no separate final run.
         """
-        self._best_eval = (-np.inf, None, None, None)
+        theta, res, K = None, None, None
+        self.optimizer_result_ = None
         if self.optimizer is not None and self.kernel_.n_dims > 0:
-            self._optimise_kernel()
-        _, theta, res, K = self._best_eval
-        self._best_eval = self._warm_start = None  # do not keep the optimiser's state
+            search = self._optimise_kernel()
+            self.optimizer_result_ = search
+            theta = search.x
+            if search.state is not None:
+                res, K = search.state
         if res is None or not np.allclose(theta, self.kernel_.theta, rtol=0.0, atol=1e-12):
             if self.device is None:
                 K = self.kernel_(self.X_train_)
@@ -575,36 +588,25 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return prior
 
     def _optimise_kernel(self):
-        self._warm_start = None
+        """The evidence search (estimators/_search.py); sets ``kernel_`` to its best point."""
 
-        def obj(theta):
-            self._last_converged = False
-            value, grad = self._evidence_and_gradient(theta, eval_gradient=True, warm=True)
-            # a non-converged inner run has no valid evidence (nor gradient): reject the point
-            bad = not (np.isfinite(value) and np.all(np.isfinite(grad)))
-            if bad or not self._last_converged:
-                return 1e25, np.zeros_like(theta)
-            return -value, -grad
+        def evaluate(theta, context):
+            value, grad, res, K = self._evaluate(theta, True, init=context.warm, search=True)
+            return Evaluation(value, grad, state=(res, K))
 
         bounds = self.kernel_.bounds
-        starts = [self.kernel_.theta]
-        if self.n_restarts_optimizer > 0:
-            if not np.all(np.isfinite(bounds)):
-                raise ValueError(
-                    "n_restarts_optimizer > 0 needs finite kernel hyperparameter bounds"
-                )
-            rng = check_random_state(self.random_state)
-            for _ in range(self.n_restarts_optimizer):
-                starts.append(rng.uniform(bounds[:, 0], bounds[:, 1]))
-        best_theta, best_value = self.kernel_.theta, np.inf
-        for start in starts:
-            self._warm_start = None
-            x, value = run_optimizer(self.optimizer, obj, start, bounds)
-            if value < best_value:
-                best_theta, best_value = x, value
-        if self._best_eval[1] is not None and self._best_eval[0] >= -best_value:
-            best_theta = self._best_eval[1]  # the best evaluation (L-BFGS-B's x or better)
-        self.kernel_ = self.kernel_.clone_with_theta(best_theta)
+        rng = check_random_state(self.random_state) if self.n_restarts_optimizer else None
+        starts = draw_starts(self.kernel_.theta, bounds, self.n_restarts_optimizer, rng)
+        search = maximise_evidence(
+            evaluate,
+            self.kernel_.theta,
+            bounds,
+            optimizer=self.optimizer,
+            starts=starts,
+            warm_of=lambda state: self._warm_state(state[0]),
+        )
+        self.kernel_ = self.kernel_.clone_with_theta(search.x)
+        return search
 
     # --------------------------------------------------------------- predict
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
