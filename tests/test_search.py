@@ -171,3 +171,36 @@ def test_every_evaluation_is_a_debug_record_with_its_values(caplog):
     assert all(r.levelno == logging.DEBUG for r in records)
     assert records[-1].evaluation == res.n_evaluations
     assert max(r.log_evidence for r in records) == pytest.approx(res.log_evidence)
+
+
+def test_estimator_that_cannot_move_warns_and_reports_why(monkeypatch):
+    """An evidence search whose every step away from the start fails warns and says so in
+    ``optimizer_result_`` (it used to keep the start silently)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from robustep import GPClassifier
+    from robustep.estimators import gp_classifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    clf = GPClassifier(random_state=0)
+    original = gp_classifier.GPClassifier._evaluate
+
+    def only_the_start(self, theta, eval_gradient, init=None, search=False):
+        if search and not np.allclose(theta, 0.0):  # the default kernel's log theta is 0
+            raise np.linalg.LinAlgError("inference fails away from the start")
+        return original(self, theta, eval_gradient, init=init, search=search)
+
+    monkeypatch.setattr(gp_classifier.GPClassifier, "_evaluate", only_the_start)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(X, y)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("ended at its start" in m for m in messages), messages
+    assert any(w.filename == __file__ for w in caught if w.category is ConvergenceWarning)
+    result = clf.optimizer_result_
+    assert result.success and not result.moved and result.n_failures >= 1
+    np.testing.assert_allclose(clf.kernel_.theta, [0.0, 0.0], atol=1e-6)

@@ -31,6 +31,7 @@ from robustep.estimators._search import (
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
+    warn_if_stuck,
 )
 
 __all__ = ["MultinomialCore", "fit_one_vs_rest", "multinomial_supported"]
@@ -380,6 +381,7 @@ def fit_multiclass(estimator, X, y):
         )
         used = {getattr(est, "method_used_", estimator.method) for est in estimators}
         estimator.method_used_ = used.pop() if len(used) == 1 else "mixed"
+        estimator.optimizer_result_ = None  # one search per binary fit: estimators_[k]
         estimator._mc = _OneVsRest(estimators)
         diagnostics.set_one_vs_rest_loo(estimator, estimators, y_index)
     else:
@@ -422,6 +424,7 @@ def fit_multiclass(estimator, X, y):
         estimator.site_precision_ = np.array(res.site_precision)
         estimator.site_shift_ = np.array(res.site_shift)
         estimator.method_used_ = "damped"
+        estimator.optimizer_result_ = core.search_result
         estimator._mc = _Multinomial(core)
         diagnostics.set_multiclass_loo(estimator, res, _core_likelihood(core, c), y_index)
     if not estimator.converged_:
@@ -437,6 +440,11 @@ def fit_multiclass(estimator, X, y):
             ConvergenceWarning,
             stacklevel=3,
         )
+    warn_if_stuck(
+        estimator.optimizer_result_,
+        "pass another starting kernel or set n_restarts_optimizer > 0 (with finite kernel bounds)",
+        stacklevel=3,
+    )
     return estimator
 
 

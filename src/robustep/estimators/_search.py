@@ -29,10 +29,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from robustep.estimators._optimizer import minimise
 
@@ -43,10 +45,13 @@ __all__ = [
     "SearchResult",
     "draw_starts",
     "maximise_evidence",
+    "warn_if_stuck",
 ]
 
 logger = logging.getLogger("robustep.search")
 
+#: Smallest change of a search coordinate that counts as having moved from the start.
+MOVE_TOLERANCE = 1e-4
 #: Value of the failure bowl's floor before any evaluation has succeeded.
 FAILURE_PENALTY = 1e25
 #: Height and curvature of the failure bowl around the best point.
@@ -98,19 +103,20 @@ class SearchResult:
     success : bool, at least one evaluation succeeded.
     n_evaluations, n_failures : int, evaluations made over all starts, and failed ones.
     n_starts : int.
-    moved : bool, ``x`` differs from the first start.
+    moved : bool, ``x`` differs from the first start by more than ``MOVE_TOLERANCE`` in
+        some coordinate (log hyperparameters: a relative change of 1e-4).
     message : str, why the search stopped (the optimiser's message per start).
     """
 
     x: np.ndarray
     log_evidence: float
-    state: Any
-    success: bool
-    n_evaluations: int
-    n_failures: int
-    n_starts: int
-    moved: bool
-    message: str
+    state: Any = dataclasses.field(repr=False)
+    success: bool = False
+    n_evaluations: int = 0
+    n_failures: int = 0
+    n_starts: int = 1
+    moved: bool = False
+    message: str = ""
 
     def stuck_reason(self) -> str | None:
         """A sentence saying why the search may not have learnt anything, or None.
@@ -132,6 +138,20 @@ class SearchResult:
                 "there), so the hyperparameters were kept at their starting values"
             )
         return None
+
+
+def warn_if_stuck(search, advice, stacklevel=3):
+    """A ConvergenceWarning when ``search`` (a SearchResult or None) learnt nothing.
+
+    advice : what the user can change through the estimator's parameters.
+    """
+    reason = None if search is None else search.stuck_reason()
+    if reason is not None:
+        warnings.warn(
+            f"{reason}; {advice} (optimizer_result_ has the details)",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def draw_starts(x0, bounds, n, rng, *, radius=None, n_coordinates=None) -> list[np.ndarray]:
@@ -252,7 +272,7 @@ def maximise_evidence(
         n_evaluations=counts["evaluations"],
         n_failures=counts["failures"],
         n_starts=1 + len(starts),
-        moved=bool(success and not np.array_equal(x, x0)),
+        moved=bool(success and np.max(np.abs(x - x0), initial=0.0) > MOVE_TOLERANCE),
         message="; ".join(messages),
     )
 

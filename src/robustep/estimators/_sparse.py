@@ -38,9 +38,16 @@ from robustep.estimators._search import (
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
+    warn_if_stuck,
 )
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
 from robustep.posterior.sparse import FITCPrior
+
+#: what a user can change when the evidence search could not move
+SEARCH_ADVICE = (
+    "pass another starting kernel or inducing_points, set n_restarts_optimizer > 0 (with "
+    "finite kernel bounds), or try inducing_power=0.5"
+)
 
 #: largest number of rows the k-means of a Dask fit (int inducing_points) is run on
 DASK_KMEANS_ROWS = 50_000
@@ -416,10 +423,12 @@ def fit_classifier(est):
             search = optimise(space, x0, bounds, starts, optimizer=est.optimizer)
             kernel, _, Z = space.unpack(search.x)
             est.kernel_ = kernel
+            est.optimizer_result_ = search
             best_res = search.state
             init = None if best_res is None else (best_res.site_precision, best_res.site_shift)
         else:
             init = None
+            est.optimizer_result_ = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
@@ -438,6 +447,7 @@ def fit_classifier(est):
     # leave-one-out diagnostics from the cavities, as for the dense model
     diagnostics.set_classifier_loo(est, res, lik, y)
     warn_if_not_converged(est, res, f"sparse {est.method}", stacklevel=4)
+    warn_if_stuck(est.optimizer_result_, SEARCH_ADVICE, stacklevel=4)
     return est
 
 

@@ -39,6 +39,7 @@ from robustep.estimators._search import (
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
+    warn_if_stuck,
 )
 from robustep.linalg import cholesky_inverse
 from robustep.posterior import DensePrior
@@ -46,6 +47,11 @@ from robustep.posterior import DensePrior
 __all__ = ["GPClassifier"]
 
 _METHODS = ("auto", "ep", "damped", "power", "rep", "laplace")
+#: what a user can change when the evidence search could not move
+SEARCH_ADVICE = (
+    "pass another starting kernel, set n_restarts_optimizer > 0 (with finite kernel bounds) "
+    "or try method='power'"
+)
 
 
 def _validate(estimator, X, y="no_validation", reset=True):
@@ -542,6 +548,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
         diagnostics.set_classifier_loo(self, res, self._likelihood_obj, self._y_pm)
         warn_if_not_converged(self, res, self.method)
+        warn_if_stuck(self.optimizer_result_, SEARCH_ADVICE)
         return self
 
     def _fit_inference(self):
