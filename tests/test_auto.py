@@ -11,8 +11,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.ep import expectation_propagation
-from robustep.estimators import GPClassifier, StudentTGPRegressor
 from robustep.ep.chain import auto_expectation_propagation
+from robustep.estimators import GPClassifier, StudentTGPRegressor
 from robustep.likelihoods import Probit, StudentT
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
