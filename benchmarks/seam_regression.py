@@ -362,7 +362,7 @@ def _hard_auto_cases():
     X1 = np.random.default_rng(1).normal(size=(30, 1))
     y1 = np.where(X1[:, 0] > 0, 1.0, -1.0)
     K1 = (ConstantKernel(1e4) * RBF(1.0))(X1)
-    from robustep.estimators._auto import auto_expectation_propagation
+    from robustep.ep.chain import auto_expectation_propagation
 
     engine = {
         "engine/auto/hard-student-t": lambda: auto_expectation_propagation(K, y, lik),

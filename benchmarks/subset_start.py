@@ -93,7 +93,7 @@ def classifier_methods(n):
 def step_likelihood(n):
     """The method="auto" chain with the step likelihood (label noise 0.1), cold against
     the subset start, on the classifier problem: the case the estimator leaves cold."""
-    from robustep.estimators._auto import auto_expectation_propagation
+    from robustep.ep.chain import auto_expectation_propagation
     from robustep.likelihoods import NoisyStep
 
     _, K, y, _ = problem(n, "probit")

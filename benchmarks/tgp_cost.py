@@ -18,12 +18,13 @@ were), and EP1/LA1; then the ratio of the summed CPU times per data set.  With
 default ``method="auto"`` with the same protocol.
 
 ``--evaluations`` adds, after each unit, what its hyperparameter search's EP runs cost
-(the runs with the search's sweep budget ``_SEARCH_MAX_ITER``; the same measurement runs
-on commits before the factorisation budget, with ``PYTHONPATH`` set to their ``src``):
+(the runs with the search's sweep budget, ``robustep.config``'s ``search_max_iter``; the
+same measurement runs on commits before the factorisation budget, with ``PYTHONPATH`` set
+to their ``src``):
 how many converged, failed (not converged within the budget; either marked when the run
 entered the double loop) or ran out of posterior factorisations, their CPU seconds, and
 the factorisations they made (in all and in the largest run) -- the measurement behind
-``_SEARCH_FACTORISATIONS_PER_SWEEP`` (docs/benchmarks.md, "Search evaluations that fail").
+``search_factorisations_per_sweep`` (docs/benchmarks.md, "Search evaluations that fail").
 
 ``--per-evaluation`` adds, after each unit, what one successful objective evaluation of
 its hyperparameter search costs on average: the evaluations (evidence gradients formed),
@@ -71,10 +72,16 @@ class SearchRunLog:
             log.factorisations += 1
             return log._posterior(prior, *args, **kwargs)
 
-        # a search run has the search's sweep budget (also before the search= argument)
+        # a search run has the search's sweep budget (also before the search= argument);
+        # trees where that budget is a module constant of the regressor have no setting
+        import robustep
+
+        budget = getattr(robustep.get_config(), "search_max_iter", None)
+        if budget is None:
+            budget = regressor._SEARCH_MAX_ITER
 
         def infer(est, *args, **kwargs):
-            search = kwargs.get("max_iter") == regressor._SEARCH_MAX_ITER
+            search = kwargs.get("max_iter") == budget
             if not (search and est.method in ("ep", "fractional", "auto")):
                 return log._infer(est, *args, **kwargs)
             t0, f0 = time.process_time(), log.factorisations

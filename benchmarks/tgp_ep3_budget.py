@@ -5,11 +5,12 @@ Usage: ROBUSTEP_DATA=/work/shared/datasets python benchmarks/tgp_ep3_budget.py 3
 
 Runs tgp-benchmark's EP3 unit on one split (default Boston fold 0) exactly as the full
 configuration does (``tgp_benchmark._fit_predict``, one BLAS thread, CPU process time)
-once per value of ``StudentTGPRegressor``'s search budget ``_SEARCH_MAX_ITER`` (EP sweeps
-per optimiser evaluation; 30 is the library's), and prints the CPU time, the test MLPD,
-how many EP runs converged or failed and their median sweeps.  A run that fails is an optimiser
-evaluation that is thrown away; the question is whether a larger budget (fewer failures)
-or a smaller one (cheaper failures) shortens the unit.
+once per value of ``StudentTGPRegressor``'s search budget (``robustep.config``'s
+``search_max_iter``: EP sweeps per optimiser evaluation; 30 is the default), and prints
+the CPU time, the test MLPD, how many EP runs converged or failed and their median
+sweeps.  A run that fails is an optimiser evaluation that is thrown away; the question is
+whether a larger budget (fewer failures) or a smaller one (cheaper failures) shortens the
+unit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 
 def main(argv=None):
+    import robustep
     import robustep.estimators.student_t_regressor as regressor
     from robustep.experiments import tgp_benchmark as tb
 
@@ -39,7 +41,7 @@ def main(argv=None):
     full = dict(tb.EXPERIMENT.full)
     Xtr, ytr, Xte, yte, _ = tb._splits(args.dataset, full, 0)[args.split]
     seed = tb.unit_seed(0, tb._dataset_key(args.dataset), args.split)
-    original_budget = regressor._SEARCH_MAX_ITER
+    original_budget = robustep.get_config().search_max_iter
     original_infer = regressor.StudentTGPRegressor._infer
     sweeps = collections.defaultdict(list)
     trace = []
@@ -61,10 +63,10 @@ def main(argv=None):
     regressor.StudentTGPRegressor._infer = counted_infer
     try:
         for budget in args.budgets:
-            regressor._SEARCH_MAX_ITER = budget
             sweeps.clear()
             trace.clear()
-            _, lpd, cpu, *_ = tb._fit_predict("EP3", Xtr, ytr, Xte, yte, full, seed)
+            with robustep.config(search_max_iter=budget):
+                _, lpd, cpu, *_ = tb._fit_predict("EP3", Xtr, ytr, Xte, yte, full, seed)
             ok, bad = sweeps["converged"], sweeps["failed"]
             print(f"| {budget} | {cpu:.1f} | {np.mean(lpd):.4f} | {len(ok)} / {len(bad)} | "
                   f"{np.median(ok) if ok else 0:.0f} / {np.median(bad) if bad else 0:.0f} |",
@@ -74,7 +76,6 @@ def main(argv=None):
                 for row in trace:
                     print("  {:.3f} | {:.5f} | {} | {} | {:g} | {} | {} | {:.2f}".format(*row))
     finally:
-        regressor._SEARCH_MAX_ITER = original_budget
         regressor.StudentTGPRegressor._infer = original_infer
 
 

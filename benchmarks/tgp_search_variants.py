@@ -10,11 +10,11 @@ with the search runs of ``StudentTGPRegressor`` changed for the whole process:
 
 * ``base``: as shipped (at most 30 sweeps per warm-started search run, step halving after
   5 sweeps without progress, no double loop);
-* ``iterK``: at most K sweeps per search run (``_SEARCH_MAX_ITER``; its factorisation
-  budget scales with it);
+* ``iterK``: at most K sweeps per search run (``robustep.config(search_max_iter=K)``; its
+  factorisation budget scales with it);
 * ``dampD``: search runs start with damping D (step 1 - D) instead of 1;
 * ``patP``: step halving after P sweeps without progress instead of 5
-  (``robustep.ep.engine._STALL_PATIENCE``; this also changes runs outside the search).
+  (``robustep.config(stall_patience=P)``; this also changes runs outside the search).
 
 Prints, per variant and unit, the CPU seconds, the inferences made (EP runs, failed ones
 included), those that did not converge, and the fit (sigma, test MLPD), so that a policy
@@ -30,14 +30,15 @@ import sys
 _CHILD = r"""
 import sys
 import numpy as np
+import robustep
 import robustep.ep as ep_package
-import robustep.ep.engine as engine
 import robustep.estimators.student_t_regressor as regressor
 from robustep.experiments import tgp_benchmark as tb
 
 variant, units = sys.argv[1], sys.argv[2:]
+settings = {}
 if variant.startswith("iter"):
-    regressor._SEARCH_MAX_ITER = int(variant[4:])
+    settings["search_max_iter"] = int(variant[4:])
 elif variant.startswith("damp"):
     damping, run = float(variant[4:]), ep_package.expectation_propagation
 
@@ -48,7 +49,7 @@ elif variant.startswith("damp"):
 
     ep_package.expectation_propagation = damped
 elif variant.startswith("pat"):
-    engine._STALL_PATIENCE = int(variant[3:])
+    settings["stall_patience"] = int(variant[3:])
 elif variant != "base":
     raise SystemExit(f"unknown variant {variant!r}")
 count = {"runs": 0, "failed": 0}
@@ -72,9 +73,10 @@ for unit in units:
         splits[ds] = tb._splits(ds, config, 0)
     Xtr, ytr, Xte, yte, _ = splits[ds][split]
     count.update(runs=0, failed=0)
-    out = tb._fit_predict(
-        "EP1", Xtr, ytr, Xte, yte, config, tb.unit_seed(0, tb._dataset_key(ds), split)
-    )
+    with robustep.config(**settings):
+        out = tb._fit_predict(
+            "EP1", Xtr, ytr, Xte, yte, config, tb.unit_seed(0, tb._dataset_key(ds), split)
+        )
     print(f"| {variant} | {ds} | {split} | {out[2]:.2f} | {count['runs']} | "
           f"{count['failed']} | {out[5][0]:.5f} | {np.mean(out[1]):.4f} |", flush=True)
 """

@@ -1,4 +1,4 @@
-"""method="auto": parallel EP -> damped EP -> double loop (estimators/_auto.py, issue 14 §3)."""
+"""method="auto": parallel EP -> damped EP -> double loop (ep/chain.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.ep import expectation_propagation
+from robustep.ep.chain import auto_expectation_propagation
 from robustep.estimators import GPClassifier, StudentTGPRegressor
-from robustep.estimators._auto import auto_expectation_propagation
 from robustep.likelihoods import Probit, StudentT
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -137,3 +137,108 @@ def test_every_estimator_fit_runs_under_the_blas_limit(monkeypatch, name):
             cls().fit(X, y)
         assert _blas_threads() == {2}
     assert seen == [{1}]
+
+
+# ------------------------------------------------- search-run and engine tuning
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("search_tol", 0.0),
+        ("search_tol", float("nan")),
+        ("search_ftol", -1e-6),
+        ("search_max_iter", 0),
+        ("search_max_iter", 2.5),
+        ("search_factorisations_per_sweep", -1),
+        ("final_max_iter", 0),
+        ("warm_first_max_iter", True),
+        ("sparse_first_max_iter", None),
+        ("stall_patience", 0),
+        ("mean_sweep_fraction", -0.1),
+        ("mean_sweep_fraction", float("inf")),
+    ],
+)
+def test_tuning_settings_are_validated(name, value):
+    with pytest.raises(ValueError, match=name), config(**{name: value}):
+        pass
+
+
+def test_tuning_defaults():
+    s = get_config()
+    assert (s.search_tol, s.search_max_iter, s.search_ftol) == (1e-2, 30, 1e-6)
+    assert (s.search_factorisations_per_sweep, s.final_max_iter) == (2, 1000)
+    assert (s.warm_first_max_iter, s.sparse_first_max_iter) == (200, 100)
+    assert (s.stall_patience, s.mean_sweep_fraction) == (5, 0.3)
+
+
+def _search_engine_calls(monkeypatch, **settings):
+    """(max_iter, tol, double_loop, max_factorisations) of every engine run of a
+    StudentTGPRegressor(method="ep") fit under ``settings``."""
+    import warnings
+
+    import numpy as np
+    from sklearn.exceptions import ConvergenceWarning
+
+    import robustep.ep as ep_package
+    from robustep.ep.engine import expectation_propagation as engine
+
+    calls = []
+
+    def spy(K, y, lik, **kw):
+        calls.append((kw["max_iter"], kw["tol"], kw.get("double_loop"),
+                      kw.get("max_factorisations")))  # fmt: skip
+        return engine(K, y, lik, **kw)
+
+    monkeypatch.setattr(ep_package, "expectation_propagation", spy)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(25, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=25)
+    with config(**settings), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        robustep.StudentTGPRegressor(method="ep", n_restarts_optimizer=0).fit(X, y)
+    return calls
+
+
+def test_search_settings_change_what_a_search_runs(monkeypatch):
+    default = _search_engine_calls(monkeypatch)
+    changed = _search_engine_calls(
+        monkeypatch, search_max_iter=7, search_factorisations_per_sweep=3, search_tol=0.05,
+        final_max_iter=900,
+    )  # fmt: skip
+    for calls, (sweeps, budget, tol, final) in [
+        (default, (30, 60, 1e-2, 1000)),
+        (changed, (7, 21, 0.05, 900)),
+    ]:
+        first, *search, last = calls
+        assert first == (final, tol, None, None)  # a start's first evaluation: cold
+        assert len(search) > 2
+        assert all(c == (sweeps, tol, "never", budget) for c in search)
+        assert last == (final, 1e-4, None, None)  # the final fit
+
+
+def test_stall_patience_and_mean_sweep_fraction_reach_the_engine():
+    import warnings
+
+    import numpy as np
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from robustep.ep import expectation_propagation
+    from robustep.likelihoods import Probit
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 1))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=40) > 0, 1.0, -1.0)
+    K = (ConstantKernel(4.0) * RBF(1.0))(X)
+    sweeps = {}
+    for patience in (1, 5):  # tol below round-off: the run ends when it stalls
+        with config(stall_patience=patience), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = expectation_propagation(K, y, Probit(), tol=1e-300, double_loop="never")
+        assert "stalled" in res.message
+        sweeps[patience] = res.n_iter
+    assert sweeps[1] < sweeps[5]
+    mean_sweeps = {}
+    for fraction in (0.3, 1e9):
+        with config(mean_sweep_fraction=fraction):
+            res = expectation_propagation(K, y, Probit(), tol=1e-8)
+        mean_sweeps[fraction] = sum(res.history["mean_sweeps"])
+    assert mean_sweeps[0.3] > 0 and mean_sweeps[1e9] == 0

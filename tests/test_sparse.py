@@ -20,6 +20,7 @@ from sklearn.gaussian_process.kernels import (
     WhiteKernel,
 )
 
+from robustep import get_config
 from robustep.ep import expectation_propagation
 from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 from robustep.likelihoods import Probit, StudentT
@@ -550,7 +551,7 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
         budget = kw.get("max_factorisations")
         calls.append((kw["init"] is None, kw["max_iter"], kw.get("double_loop") == "never"))
         if budget is not None:
-            assert budget == regressor._SEARCH_FACTORISATIONS_PER_SWEEP * kw["max_iter"]
+            assert budget == get_config().search_factorisations_per_sweep * kw["max_iter"]
         return power_ep(prior, y, lik, **kw)
 
     monkeypatch.setattr(regressor.StudentTGPRegressor, "_infer", spy_infer)
@@ -561,10 +562,10 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
     ).fit(X, y)
     assert est.converged_
     first, *search, final = calls
-    assert first == (True, regressor._SPARSE_FIRST_MAX_ITER, False)
+    assert first == (True, get_config().sparse_first_max_iter, False)
     assert len(search) > 3
-    assert all(s == (False, regressor._SEARCH_MAX_ITER, True) for s in search)
-    assert final[1] == regressor._FINAL_MAX_ITER and not final[2]
+    assert all(s == (False, get_config().search_max_iter, True) for s in search)
+    assert final[1] == get_config().final_max_iter and not final[2]
 
 
 def test_sparse_search_keeps_the_last_warm_start_after_a_failure():

@@ -10,6 +10,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import _reference_student_t as st
+import robustep
 from robustep.estimators.student_t_regressor import StudentTGPRegressor, default_df_grid
 
 
@@ -204,22 +205,20 @@ def test_ep3_final_fits_start_from_the_search_at_the_optimum(monkeypatch):
 
 def test_ep3_warm_start_that_fails_is_retried_cold(monkeypatch):
     """A grid value whose first evaluation does not converge from the neighbour's sites
-    (within _WARM_FIRST_MAX_ITER sweeps) repeats it from zero sites, so its search still
+    (within warm_first_max_iter sweeps) repeats it from zero sites, so its search still
     moves: every grid value ends at its own optimum."""
-    import robustep.estimators.student_t_regressor as regressor
 
     X, y, _, _, _ = _data(n=30)
     calls = _record_infer(monkeypatch, fail_warm_search=True)
     grid = [1.5, 3.0, 6.0]
     est = StudentTGPRegressor(method="ep", df_grid=grid).fit(X, y)
     assert est.converged_
-    warm_firsts = [
-        i for i, c in enumerate(calls) if c[0] and c[1] == regressor._WARM_FIRST_MAX_ITER
-    ]
+    settings = robustep.get_config()
+    warm_firsts = [i for i, c in enumerate(calls) if c[0] and c[1] == settings.warm_first_max_iter]
     assert len(warm_firsts) == len(grid) - 1  # one per warm-started grid value
     for i in warm_firsts:  # each followed by the cold retry with the full budget
         warm, max_iter, tol, conv, _ = calls[i + 1]
-        assert not warm and max_iter == regressor._FINAL_MAX_ITER and tol > 1e-3 and conv
+        assert not warm and max_iter == settings.final_max_iter and tol > 1e-3 and conv
     assert len({round(c["scale"], 8) for c in est._components}) == len(grid)
 
 
@@ -272,12 +271,10 @@ def test_failed_search_is_reported(monkeypatch):
 def test_search_evaluation_out_of_factorisations_is_a_failed_evaluation(monkeypatch):
     """With no factorisations allowed, every search evaluation after the first (which has
     the final fit's budget) fails: the fit still ends, at the starting hyperparameters."""
-    import robustep.estimators.student_t_regressor as regressor
 
     X, y, Xt, _, _ = _data(n=20)
     kernel = ConstantKernel(1.0) * RBF(1.0)
-    monkeypatch.setattr(regressor, "_SEARCH_FACTORISATIONS_PER_SWEEP", 0)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), robustep.config(search_factorisations_per_sweep=0):
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = StudentTGPRegressor(kernel, method="ep").fit(X, y)
     assert est.kernel_.theta == pytest.approx(kernel.theta) and est.scale_ == 0.5
@@ -286,13 +283,12 @@ def test_search_evaluation_out_of_factorisations_is_a_failed_evaluation(monkeypa
 
 @pytest.mark.parametrize("method", ["ep", "auto"])
 def test_search_budget_leaves_a_converging_search_unchanged(monkeypatch, method):
-    import robustep.estimators.student_t_regressor as regressor
 
     X, y, _, _, _ = _data(n=30)
     kernel = ConstantKernel(1.0) * RBF(1.0)
     est = StudentTGPRegressor(kernel, method=method).fit(X, y)
-    monkeypatch.setattr(regressor, "_SEARCH_FACTORISATIONS_PER_SWEEP", 10**6)
-    unlimited = StudentTGPRegressor(kernel, method=method).fit(X, y)
+    with robustep.config(search_factorisations_per_sweep=10**6):
+        unlimited = StudentTGPRegressor(kernel, method=method).fit(X, y)
     np.testing.assert_array_equal(est.kernel_.theta, unlimited.kernel_.theta)
     assert est.scale_ == unlimited.scale_
 

@@ -172,7 +172,7 @@ def test_repeated_inputs_give_no_warning():
 
 def test_auto_chain_runs_the_subset_start_once(monkeypatch):
     """method="auto" passes its init to all three stages: "subset" is resolved once."""
-    from robustep.estimators._auto import auto_expectation_propagation
+    from robustep.ep.chain import auto_expectation_propagation
 
     _, K, y, lik = _problem(150)
     calls = []

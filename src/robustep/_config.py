@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import math
 import numbers
 from collections.abc import Iterator
 
@@ -60,6 +61,53 @@ class Settings:
         n = 2000-4000, on rough ones it costs up to ~20% more
         (``python benchmarks/engine.py``, ``python benchmarks/subset_start.py``;
         docs/derivations/engine_floor.md §5).
+    search_tol : float > 0
+        EP's site tolerance in every evaluation of a hyperparameter search (the final fit
+        runs to the estimator's ``tol``).  Warm-started sites move little between optimiser
+        steps; 1e-2 halves the sweeps per evaluation against 1e-4 while the fitted sigma
+        moves by < 2e-5 (relative) on Friedman sets 0 and 1 of tgp-benchmark
+        (docs/benchmarks.md, "tgp-benchmark --full").
+    search_max_iter : int >= 1
+        EP sweeps at most in a warm-started evaluation of a hyperparameter search; a run
+        that needs more counts as a failed evaluation and the line search backs off.  30
+        gives the same optimum as 100 (sigma and MLPD to all printed digits) on Friedman
+        sets 0-2 and Boston fold 0 of tgp-benchmark at ~20% less CPU for EP1
+        (docs/benchmarks.md, "tgp-benchmark --full").
+    search_ftol : float > 0
+        L-BFGS-B's relative tolerance on the objective in a hyperparameter search: stop
+        when an iteration improves the approximate log evidence by less than this fraction
+        of its value (GPstuff's ``gp_optim`` uses 1e-6 as well).  SciPy's default, 2.2e-9,
+        spends 15-30% of a Boston search on improvements below 1e-3 nats
+        (docs/benchmarks.md, "tgp-benchmark --full").
+    search_factorisations_per_sweep : int >= 0
+        Posterior factorisations allowed (the initial one included) per allowed sweep of a
+        search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
+        this times the run's sweeps (:meth:`robustep.ep.InferenceStrategy.search_run`).  A
+        sweep factorises once plus once per step halving; converged search runs use
+        1.0-2.0 per sweep in six tgp-benchmark units, while on concrete fold 0 failing
+        ones used up to 388 factorisations and three quarters of the search's EP time
+        (``python benchmarks/tgp_cost.py``; docs/benchmarks.md, "Search evaluations that
+        fail").
+    final_max_iter : int >= 1
+        EP sweeps at most in the final fit of ``StudentTGPRegressor`` and in the first,
+        cold-started evaluation of each search start.
+    warm_first_max_iter : int >= 1
+        EP sweeps at most in the first evaluation of a search start warm-started from
+        another inference (EP3's neighbouring grid value); when it does not converge the
+        evaluation is repeated from zero sites with ``final_max_iter``.  Warm starts from a
+        poor neighbour ran 495-1000 sweeps on Boston fold 0 of tgp-benchmark
+        (docs/benchmarks.md, "EP3's grid walk").
+    sparse_first_max_iter : int >= 1
+        EP sweeps at most in the first (cold-started) evaluation of a sparse (FITC) search
+        start, where a sweep costs O(n m^2).
+    stall_patience : int >= 1
+        Robust parallel EP halves its step (and finally switches to the double loop) after
+        this many sweeps without a new smallest residual by 10%
+        (``python benchmarks/tgp_search_variants.py`` compares 2 and 5).
+    mean_sweep_fraction : float >= 0
+        The engine's O(n^2) mean sweeps stop once the mean mismatch is below this fraction
+        of the largest proposed change of a site precision (``python benchmarks/engine.py``;
+        docs/derivations/engine_floor.md).
     """
 
     jitter: float = 1e-10
@@ -70,6 +118,15 @@ class Settings:
     blas_threads: str | int | None = "auto"
     blas_threads_auto_max_n: int = 2000
     subset_start_min_n: int | None = 2000
+    search_tol: float = 1e-2
+    search_max_iter: int = 30
+    search_ftol: float = 1e-6
+    search_factorisations_per_sweep: int = 2
+    final_max_iter: int = 1000
+    warm_first_max_iter: int = 200
+    sparse_first_max_iter: int = 100
+    stall_patience: int = 5
+    mean_sweep_fraction: float = 0.3
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -82,6 +139,30 @@ class Settings:
             isinstance(sm, numbers.Integral) and not isinstance(sm, bool) and sm >= 1
         ):
             raise ValueError(f"subset_start_min_n must be a positive integer or None, got {sm!r}")
+        for name in ("search_tol", "search_ftol"):
+            _check_real(name, getattr(self, name), positive=True)
+        _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)
+        _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
+        for name in (
+            "search_max_iter",
+            "final_max_iter",
+            "warm_first_max_iter",
+            "sparse_first_max_iter",
+            "stall_patience",
+        ):
+            _check_integer(name, getattr(self, name), 1)
+
+
+def _check_real(name, value, positive):
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {value!r}")  # fmt: skip
+
+
+def _check_integer(name, value, low):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 # Settings is a frozen dataclass, so sharing one default instance is safe.

@@ -1,5 +1,6 @@
 """Expectation propagation engine for latent Gaussian (GP) models."""
 
+from robustep.ep.chain import auto_expectation_propagation, run_chain
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
 from robustep.ep.multiclass import MulticlassEPResult, nested_ep
@@ -11,10 +12,16 @@ from robustep.ep.multiclass_sparse import (
 )
 from robustep.ep.sparse_power import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.state import EPResult
+from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
 from robustep.ep.updates import moment_matching_update
 
 __all__ = [
+    "AdaptiveDamping",
+    "DoubleLoop",
     "EPResult",
+    "InferenceStrategy",
+    "auto_expectation_propagation",
+    "run_chain",
     "ep_objective",
     "expectation_propagation",
     "log_Z_gradient",

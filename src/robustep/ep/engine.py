@@ -262,11 +262,6 @@ def _parallel_step(ctx, ev, step, robust):
     return None, 0.0, 0.0, True
 
 
-# mean sweeps stop once the mean-sweep step is below this fraction of the largest proposed
-# change of a site precision (benchmarks/engine.py; docs/derivations/engine_floor.md)
-_MEAN_SWEEP_FRACTION = 0.3
-
-
 def _mean_step(ev, eta):
     """Mean-sweep step of the site shifts (n,) (zero at invalid sites), eq. M1 of
     docs/derivations/engine_floor.md: (m^_i - mu_i) / (eta sigma_i^2)."""
@@ -294,14 +289,16 @@ def _mean_sweeps(ctx, ev, max_sweeps):
     map, so the engine's fixed points do not change.  A sweep is kept only while the
     mean mismatch max_i |m^_i - mu_i| / (eta sigma_i^2) shrinks; the sweeps stop at
     ``max_sweeps``, when the run has converged, at the first sweep that does not help, or
-    when the mismatch is below ``_MEAN_SWEEP_FRACTION`` times the largest proposed change
-    of a site precision (then the precisions hold the run back, not the means).
+    when the mismatch is below ``mean_sweep_fraction`` (:func:`robustep.get_config`) times
+    the largest proposed change of a site precision (then the precisions hold the run
+    back, not the means).
     Returns (evaluation, number of sweeps kept).
     """
     with_shift = getattr(ev.post, "with_site_shift", None)
     if with_shift is None or not ev.ref_is_q:
         return ev, 0
     eta = ctx.power
+    fraction = get_config().mean_sweep_fraction
     kept = 0
     step = _mean_step(ev, eta)
     size = max_abs(step)
@@ -309,7 +306,7 @@ def _mean_sweeps(ctx, ev, max_sweeps):
         if _stop_status(ctx, ev) == "converged":
             break
         # enough: the means are consistent compared with what the precisions still lack
-        if size < _MEAN_SWEEP_FRACTION * max_abs(ev.proposal_precision - ev.precision):
+        if size < fraction * max_abs(ev.proposal_precision - ev.precision):
             break
         shift = ev.shift + step  # eq. M1
         if not np.all(np.isfinite(shift)):
@@ -360,19 +357,16 @@ def _run_parallel(ctx, ev, *, robust, max_sweeps, patience=None, min_sweeps=0, s
     return ev, _stop_status(ctx, ev) or "max_iter"
 
 
-# sweeps without a new smallest residual (by 10%) after which robust parallel EP halves its
-# step (benchmarks/tgp_search_variants.py measures 2 in hyperparameter searches)
-_STALL_PATIENCE = 5
-
-
 def _run_parallel_halving(ctx, ev, min_sweeps, halvings):
-    """Parallel sweeps with patience ``_STALL_PATIENCE`` from step 1 - damping; on a stall
-    halve the step (at most ``halvings`` times) and go on.  Returns (evaluation, status)."""
+    """Parallel sweeps with patience ``stall_patience`` (:func:`robustep.get_config`) from
+    step 1 - damping; on a stall halve the step (at most ``halvings`` times) and go on.
+    Returns (evaluation, status)."""
+    patience = get_config().stall_patience
     step = 1.0 - ctx.damping
     for attempt in range(halvings + 1):
         ev, status = _run_parallel(
-            ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=_STALL_PATIENCE,
-            min_sweeps=min_sweeps if attempt == 0 else _STALL_PATIENCE, step=step,
+            ctx, ev, robust=True, max_sweeps=ctx.max_iter, patience=patience,
+            min_sweeps=min_sweeps if attempt == 0 else patience, step=step,
         )  # fmt: skip
         if status != "stalled" or ctx.n_iter >= ctx.max_iter:
             break
@@ -810,7 +804,8 @@ def expectation_propagation(
         ``double_loop=True`` (0 gives a pure double loop).  With the automatic choice
         (``robust=True``, ``double_loop=None``) at least ``n_parallel_init`` parallel
         sweeps are made, and more while they make progress (a new smallest residual,
-        by 10%, at least every 5 sweeps); the double loop takes over when they stall
+        by 10%, at least every ``stall_patience`` sweeps of :func:`robustep.get_config`,
+        default 5); the double loop takes over when they stall
         or oscillate.
     double_loop : None (automatic, see ``robust``), True (double loop after
         ``n_parallel_init`` parallel sweeps), False (never; plain robust parallel sweeps,
@@ -829,7 +824,8 @@ def expectation_propagation(
         O(n^2) sweeps that move only the site shifts, at fixed site precisions, towards
         mean consistency (q's marginal means equal the tilted means), reusing the sweep's
         factorisation; each is kept only while it shrinks the mean mismatch, and they
-        stop once that is below 0.3 times the largest proposed change of a site precision.
+        stop once that is below ``mean_sweep_fraction`` (:func:`robustep.get_config`,
+        default 0.3) times the largest proposed change of a site precision.
         The fixed points are EP's; they cut the O(n^3) sweeps about in half for probit
         (docs/derivations/engine_floor.md).  "auto": 3 with moment matching
         (``site_update=None``), 0 with a custom update rule.  They run with ``robust=True``

@@ -224,27 +224,23 @@ class MultinomialCore:
 def run_with_damping(run, damping, max_iter, init=None):
     """Nested EP ``run(damping, max_iter, init)`` with a fixed or the adaptive damping.
 
-    ``damping="adaptive"``: start at 0.3 and run blocks of 50 iterations, each warm-started
-    from the last; after a block without progress (its last change not below the best so
-    far) move the damping halfway to 1.  Parallel nested EP without damping oscillates
-    for large kernel amplitudes (docs/derivations/multiclass.md §3).  Returns the last
-    run's result with ``n_iter`` the total over the blocks.
+    ``damping="adaptive"``: :meth:`AdaptiveDamping.nested_ep
+    <robustep.ep.AdaptiveDamping.nested_ep>` (start at 0.3, blocks of 50 iterations, each
+    warm-started from the last; after a block without progress the damping moves halfway
+    to 1).  Parallel nested EP without damping oscillates for large kernel amplitudes
+    (docs/derivations/multiclass.md §3).  Returns the last run's result with ``n_iter``
+    the total over the blocks.
     """
     if damping != "adaptive":
         return run(float(damping), max_iter, init)
-    damping, block, total, best, res = 0.3, 50, 0, np.inf, None
-    while total < max_iter:
-        res = run(damping, min(block, max_iter - total), init)
-        total += res.n_iter
-        if res.converged or res.n_iter == 0:
-            break
-        last = float(res.history["max_change"][-1])
-        if not last < best:
-            damping = 0.5 * (1.0 + damping)
-        best = min(best, last)
-        init = _warm_state(res)
-    res.n_iter = total
-    return res
+    from robustep.ep.strategy import AdaptiveDamping
+
+    return AdaptiveDamping.nested_ep().run(
+        lambda damping, n, start, _: run(damping, n, start),
+        max_iter,
+        init,
+        warm_state=_warm_state,
+    )
 
 
 def _class_prior(kernel, X, eval_gradient=False):

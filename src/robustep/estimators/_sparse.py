@@ -31,7 +31,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
-from robustep.estimators._auto import warn_if_not_converged
+from robustep._config import get_config
+from robustep.ep.chain import warn_if_not_converged
 from robustep.estimators._optimizer import bounds_array
 from robustep.estimators._search import (
     Evaluation,
@@ -485,19 +486,23 @@ def check_regressor(est):
         )
 
 
-def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_iter):
+def fit_regressor(est, kernel, rng, scale_bounds, df_bounds):
     """Sparse StudentTGPRegressor fit (targets already standardised in ``est._y``).
 
     Sets ``est._components``, ``est._weights`` and ``est.inducing_points_`` (the caller
     then sets the common attributes).  Type-II MAP over (log theta, log sigma[, log nu],
-    Z) as in the dense regressor, with its search-run policy ``search`` (a
-    :class:`~robustep.estimators.student_t_regressor.SearchBudget`): the first evaluation
-    of each start (every one until an evaluation succeeds) runs the whole chain for at most
-    ``first_max_iter`` sweeps, later ones are warm-started search runs (``search.max_iter``
-    sweeps, ``search.engine_options``: no double loop, a budget of posterior
-    factorisations), all at tol ``search.tol``; the final fit runs at tol 1e-4.
+    Z) as in the dense regressor, with the search-run policy of :func:`robustep.get_config`:
+    the first evaluation of each start (every one until an evaluation succeeds) runs the
+    whole chain for at most ``sparse_first_max_iter`` sweeps, later ones are warm-started
+    search runs (:meth:`InferenceStrategy.search_run
+    <robustep.ep.InferenceStrategy.search_run>`: ``search_max_iter`` sweeps, no double
+    loop, a budget of posterior factorisations), all at tol ``search_tol``; the final fit
+    runs at tol 1e-4.
     """
+    from robustep.ep import InferenceStrategy
     from robustep.likelihoods import StudentT
+
+    settings = get_config()
 
     check_regressor(est)
     alpha = inducing_power_of(est, TGP_POWER_METHODS)
@@ -522,13 +527,16 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_i
         from robustep.ep.sparse_power import pseudo_point_power_ep
 
         # the engine's robust run, as est._infer's "ep" search runs
-        budget = search.engine_options(max_iter) if search_run else {}
+        options = (
+            InferenceStrategy.search_run(max_iter).engine_options()
+            if search_run
+            else {"max_iter": max_iter}
+        )
         with warnings.catch_warnings():  # as est._infer: the caller checks convergence
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = pseudo_point_power_ep(
-                prior, y, lik, inducing_power=alpha, init=warm, max_iter=max_iter, tol=tol,
-                **budget,
+                prior, y, lik, inducing_power=alpha, init=warm, tol=tol, **options
             )  # fmt: skip
         res.log_marginal_likelihood = float(res.log_Z)
         return res
@@ -536,8 +544,12 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds, search, first_max_i
     def infer(kernel, Z, lp, init):
         # no warm start: the start's first evaluation (or every one until one succeeds)
         if init is None:
-            return infer_at(kernel, Z, lik_of(lp), None, first_max_iter, search.tol)
-        return infer_at(kernel, Z, lik_of(lp), init, search.max_iter, search.tol, True)
+            return infer_at(
+                kernel, Z, lik_of(lp), None, settings.sparse_first_max_iter, settings.search_tol
+            )  # fmt: skip
+        return infer_at(
+            kernel, Z, lik_of(lp), init, settings.search_max_iter, settings.search_tol, True
+        )  # fmt: skip
 
     def gradient(res, kernel, Z, lp, wrt_Z):
         lik = lik_of(lp)

@@ -32,8 +32,8 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._config import get_config
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
+from robustep.ep.chain import warn_if_not_converged
 from robustep.estimators import _device
-from robustep.estimators._auto import warn_if_not_converged
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
@@ -110,7 +110,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         per iteration instead of O(c n^3); docs/derivations/multiclass.md, "Label-noise
         multinomial probit"); ε = 0 is plain nested EP.
     method : {"auto", "ep", "damped", "power", "rep", "laplace"}, default "auto"
-        "auto": EP found by the chain of :mod:`robustep.estimators._auto` (parallel EP,
+        "auto": EP found by the chain of :mod:`robustep.ep.chain` (parallel EP,
         then damped EP with adaptive damping, then the double loop, stopping at the first
         that converges; ``method_used_`` says which; a ConvergenceWarning only if all
         fail, naming what was tried).  Same approximation as "ep", whose fixed point it
@@ -353,10 +353,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         ):
             init = "subset"
         kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
-        if self.method == "auto":  # parallel -> damped -> double loop (estimators/_auto.py)
-            from robustep.estimators._auto import auto_expectation_propagation
+        if self.method == "auto":  # parallel -> damped -> double loop (ep/chain.py)
+            from robustep.ep import InferenceStrategy, run_chain
 
-            return auto_expectation_propagation(K, y, lik, **kwargs)
+            strategy = InferenceStrategy.auto(self.max_iter)
+            return run_chain(K, y, lik, strategy, schedule=self.schedule, tol=self.tol, init=init)
         if self.method == "ep":
             return expectation_propagation(K, y, lik, **kwargs)
         if self.method == "power":
@@ -373,33 +374,24 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return self._adaptive_damped(K, y, lik, init)
 
     def _adaptive_damped(self, K, y, lik, init):
-        """Damped EP; damping moves halfway to 1 after each block of 50 sweeps without progress."""
-        from robustep.ep import expectation_propagation
+        """Damped EP with adaptive damping (:class:`robustep.ep.AdaptiveDamping`: from 0.5,
+        moving halfway to 1 after each block of 50 sweeps without progress)."""
+        from robustep.ep import AdaptiveDamping, expectation_propagation
 
-        damping, block, total = 0.5, 50, 0
-        res, best = None, np.inf
-        while total < self.max_iter:
-            n = min(block, self.max_iter - total)
-            res = expectation_propagation(
+        def block(damping, max_iter, init, max_factorisations):
+            return expectation_propagation(
                 K,
                 y,
                 lik,
                 schedule=self.schedule,
                 damping=damping,
-                max_iter=n,
+                max_iter=max_iter,
                 tol=self.tol,
                 init=init,
+                max_factorisations=max_factorisations,
             )
-            total += res.n_iter
-            if res.converged:
-                break
-            last = float(res.history["max_change"][-1]) if res.history["max_change"] else np.inf
-            if not last < best:
-                damping = 0.5 * (1.0 + damping)
-            best = min(best, last)
-            init = (res.site_precision, res.site_shift)
-        res.n_iter = total
-        return res
+
+        return AdaptiveDamping().run(block, self.max_iter, init)
 
     @staticmethod
     def _log_evidence(res):

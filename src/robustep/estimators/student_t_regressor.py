@@ -3,7 +3,7 @@
 ``StudentTGPRegressor`` is a thin scikit-learn shell over the inference engines:
 
 * ``"auto"`` (default): EP's fixed point found by parallel EP, then damped EP, then the
-  double loop (:mod:`robustep.estimators._auto`);
+  double loop (:mod:`robustep.ep.chain`);
 * ``"ep"``: robust parallel EP with double-loop fallback (§4), :mod:`robustep.ep`;
 * ``"fractional"``: fractional (power) EP with eta = ``power`` (§3.7, eqs. 14–15);
 * ``"laplace"``: Laplace approximation (§3.2), :mod:`robustep.baselines.laplace`;
@@ -38,7 +38,6 @@ kernel part of the evidence gradient and the predictions' cross-covariances.
 from __future__ import annotations
 
 import numbers
-import typing
 import warnings
 
 import numpy as np
@@ -50,7 +49,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from robustep._config import limits_blas_threads
+from robustep._config import get_config, limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._optimizer import run_optimizer
@@ -69,69 +68,6 @@ _DEVICE_METHODS = ("auto", "ep", "fractional")
 _DF_BOUNDS = (1.05, 1000.0)
 _SCALE_BOUNDS = (1e-2, 1e2)
 _PENALTY = 1e25
-# EP's site tolerance inside the hyperparameter search.  Warm-started sites move little
-# between optimiser steps; 1e-2 instead of the final fit's 1e-4 cuts the sweeps per
-# evaluation by ~2x while the fitted sigma moved by < 2e-5 (relative) on Friedman sets 0
-# and 1 of tgp-benchmark (docs/benchmarks.md, "tgp-benchmark --full").  The final fit
-# at the optimum always runs at 1e-4.
-_SEARCH_TOL = 1e-2
-# EP sweeps at most per evaluation inside the hyperparameter search (a run that needs more
-# counts as a failed evaluation and the line search backs off); the final fit allows 1000.
-# 100 before issue 12: on Boston fold 0 of tgp-benchmark two evaluations ran the double
-# loop to that cap and were discarded (13.5 s of EP1's 35 s in EP); 30 gave the same
-# optimum (sigma, MLPD to all printed digits) on Friedman sets 0-2 and Boston fold 0 and
-# cut EP1's CPU by ~20% there (docs/benchmarks.md, "tgp-benchmark --full").
-_SEARCH_MAX_ITER = 30
-# L-BFGS-B's relative tolerance on the objective: stop when an iteration improves the
-# approximate log evidence (about 100-300 nats on the paper's data sets) by less than
-# 1e-6 of its value, ~1e-4 nats (GPstuff's gp_optim stops at TolFun 1e-6 as well).
-# SciPy's default, 2.2e-9, spent 15-30% of a Boston search on improvements below
-# 1e-3 nats (docs/benchmarks.md, "tgp-benchmark --full").
-_SEARCH_FTOL = 1e-6
-# Posterior factorisations at most (the initial one included) per EP run inside the
-# hyperparameter search (per stage of the "auto" chain), per allowed sweep: the engine's
-# ``max_factorisations``.  A sweep factorises once, plus once per step halving when a trial
-# step would make the posterior indefinite or a cavity improper (up to 30 halvings per
-# sweep with Student-t sites), so a run that fails within the sweep budget could still
-# cost 250-390 factorisations.  In six tgp-benchmark units no search run that converged
-# used more than 39 (1.0-2.0 per sweep), while on concrete fold 0 the failed ones used up
-# to 388 and three quarters of the search's EP time (docs/benchmarks.md, "Search
-# evaluations that fail").
-_SEARCH_FACTORISATIONS_PER_SWEEP = 2
-# EP sweeps at most in the final fit and in the first evaluation of each search start.
-_FINAL_MAX_ITER = 1000
-# EP sweeps at most in the first evaluation of a search start that is warm-started from
-# another inference (EP3's neighbouring grid value); if that does not converge, the
-# evaluation is repeated from a cold start with _FINAL_MAX_ITER.  In a tgp-benchmark
-# run on Boston fold 0 (docs/benchmarks.md, "EP3's grid walk") warm starts from a poor
-# neighbour ran 495-1000 sweeps and stalled the next ten grid values' searches.
-_WARM_FIRST_MAX_ITER = 200
-# EP sweeps at most in the first (cold-started) evaluation of a sparse search start, where a
-# sweep is O(n m^2) (estimators/_sparse.py; the final sparse fit allows 1000).
-_SPARSE_FIRST_MAX_ITER = 100
-
-
-class SearchBudget(typing.NamedTuple):
-    """The run policy of a warm-started EP run inside the hyperparameter search: the module
-    constants above, bundled by ``_search_budget`` (also for the sparse fit in
-    estimators/_sparse.py)."""
-
-    tol: float  # EP's site tolerance in every search evaluation
-    max_iter: int  # sweeps of a warm-started search run
-    factorisations_per_sweep: int  # posterior factorisations per allowed sweep of such a run
-
-    def engine_options(self, max_iter, chain=False):
-        """Options of a search run with ``max_iter`` sweeps: no double loop and a budget of
-        posterior factorisations; for the engine, or the "auto" chain (``chain``)."""
-        return dict(
-            double_loop=False if chain else "never",
-            max_factorisations=self.factorisations_per_sweep * max_iter,
-        )
-
-
-def _search_budget():
-    """The search-run policy of the module constants, read at call time."""
-    return SearchBudget(_SEARCH_TOL, _SEARCH_MAX_ITER, _SEARCH_FACTORISATIONS_PER_SWEEP)
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -308,7 +244,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
     method : {"auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
         The approximation (§3).  "auto" (default) is the same approximation as "ep" —
         EP's fixed point, the paper's EP1/EP2 — found by the chain of
-        :mod:`robustep.estimators._auto` (parallel EP, then damped EP with adaptive
+        :mod:`robustep.ep.chain` (parallel EP, then damped EP with adaptive
         damping, then the double loop with 10 inner iterations; ``method_used_`` says
         which converged).  The method names the *approximation* and "auto" does not
         change it, so it can be the default: on the hard grid of
@@ -504,16 +440,19 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
 
         ``tol`` is EP's site-change tolerance (looser inside the hyperparameter search).
         ``search``: an evaluation inside the hyperparameter search, whose run is discarded
-        when it does not converge within ``max_iter``: EP then never starts the double
-        loop and stops, not converged, after ``_SEARCH_FACTORISATIONS_PER_SWEEP *
-        max_iter`` posterior factorisations (per stage of the "auto" chain)."""
+        when it does not converge within ``max_iter``: it runs
+        :meth:`InferenceStrategy.search_run <robustep.ep.InferenceStrategy.search_run>`
+        (EP never starts the double loop and stops, not converged, after
+        ``search_factorisations_per_sweep * max_iter`` posterior factorisations per stage
+        of the "auto" chain), else :meth:`InferenceStrategy.auto
+        <robustep.ep.InferenceStrategy.auto>` with the engine's default run for "ep"."""
         y = self._y
         m = self.method
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             if m in ("ep", "fractional", "auto"):
-                from robustep.ep import expectation_propagation
+                from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
 
                 power = 1.0 if m == "ep" else float(self.power)
                 if isinstance(K, np.ndarray):
@@ -523,19 +462,17 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                         raise ValueError("K contains NaN or inf; check the kernel")
                     K = DensePrior(K, check=False)
                 # a search run never starts the double loop and has bounded work
-                chain = m == "auto"
-                budget = _search_budget().engine_options(max_iter, chain) if search else {}
-                if chain:  # parallel -> damped -> double loop (estimators/_auto.py)
-                    from robustep.estimators._auto import auto_expectation_propagation
-
-                    res = auto_expectation_propagation(
-                        K, y, _student_t(df, scale), init=warm, max_iter=max_iter, tol=tol,
-                        **budget,
-                    )  # fmt: skip
+                strategy = (
+                    InferenceStrategy.search_run(max_iter)
+                    if search
+                    else InferenceStrategy.auto(max_iter)
+                )
+                if m == "auto":  # parallel -> damped -> double loop (ep/chain.py)
+                    res = run_chain(K, y, _student_t(df, scale), strategy, tol=tol, init=warm)
                 else:
                     res = expectation_propagation(
-                        K, y, _student_t(df, scale), power=power, init=warm, max_iter=max_iter,
-                        tol=tol, **budget,
+                        K, y, _student_t(df, scale), power=power, init=warm, tol=tol,
+                        **strategy.engine_options(),
                     )  # fmt: skip
                 res.log_marginal_likelihood = float(res.log_Z)
                 return res
@@ -605,9 +542,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         previous inference result to start the first start's inference from (EP3 passes
         the neighbouring grid value's).  The first evaluation of every start has the final
         fit's sweep budget (there is nothing to warm-start from yet, and a failed first
-        evaluation would leave the optimiser nowhere to go), or ``_WARM_FIRST_MAX_ITER``
-        from a warm start followed, if that does not converge, by a cold start with the
-        final fit's budget; later ones have ``_SEARCH_MAX_ITER``.  If no evaluation of
+        evaluation would leave the optimiser nowhere to go), or ``warm_first_max_iter``
+        (:func:`robustep.get_config`) from a warm start followed, if that does not
+        converge, by a cold start with the final fit's budget; later ones have
+        ``search_max_iter``, all at ``search_tol``.  If no evaluation of
         any start succeeds, the starting values are returned and ``self._search_failed``
         is set (the fit then reports that it did not converge).  ``self._search_res`` is
         the inference at the returned point (None if there is none)."""
@@ -631,6 +569,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             return k, d, s
 
         must_converge = self.method in ("ep", "fractional", "auto", "laplace")
+        settings = get_config()
 
         def obj(x, eval_gradient=True):
             s = float(np.exp(min(x[p], 700.0)))
@@ -639,17 +578,22 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 K, Kg = kernel_and_gradient(x[:p])
                 first = "best" not in state
                 warm_start = self._warm_of(state["warm"])
-                budget = _SEARCH_MAX_ITER
+                budget = settings.search_max_iter
                 if first:
-                    budget = _FINAL_MAX_ITER if warm_start is None else _WARM_FIRST_MAX_ITER
+                    budget = (
+                        settings.final_max_iter
+                        if warm_start is None
+                        else settings.warm_first_max_iter
+                    )
                 res = self._infer(
-                    K, d, s, warm=warm_start, max_iter=budget, tol=_SEARCH_TOL,
+                    K, d, s, warm=warm_start, max_iter=budget, tol=settings.search_tol,
                     search=not first,
                 )  # fmt: skip
                 if first and warm_start is not None and must_converge and not res.converged:
                     # nothing to back off to yet: try the start once more from cold
                     res = self._infer(
-                        K, d, s, warm=None, max_iter=_FINAL_MAX_ITER, tol=_SEARCH_TOL
+                        K, d, s, warm=None, max_iter=settings.final_max_iter,
+                        tol=settings.search_tol,
                     )  # fmt: skip
                 val = float(res.log_marginal_likelihood)
                 # A non-converged EP evidence is not a stationary value and its explicit
@@ -708,7 +652,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             state.pop("best_res", None)
             x_opt, f_opt = run_optimizer(
                 self.optimizer, obj, x_start, opt_bounds,
-                options={"maxiter": 200, "ftol": _SEARCH_FTOL}, callable_bounds=bounds,
+                options={"maxiter": 200, "ftol": settings.search_ftol}, callable_bounds=bounds,
             )  # fmt: skip
             if "best" not in state:  # no evaluation of this start succeeded
                 x_opt, f_opt = x_start, np.inf
@@ -800,10 +744,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
                              "or inducing_power=1 for the dense model")  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
-            _sparse.fit_regressor(
-                self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS, _search_budget(),
-                _SPARSE_FIRST_MAX_ITER,
-            )  # fmt: skip
+            _sparse.fit_regressor(self, kernel, rng, _SCALE_BOUNDS, _DF_BOUNDS)
         elif self.method == "mcmc":
             self._fit_mcmc(kernel, rng)
         elif self.method == "fvb" and self.optimizer is not None:
@@ -824,7 +765,9 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             K = kernel(self._X)
         else:
             K = _device.prior(kernel, self._X, self._like)[0]
-        res = self._infer(K, df, scale, warm=self._warm_of(warm), max_iter=_FINAL_MAX_ITER)
+        res = self._infer(
+            K, df, scale, warm=self._warm_of(warm), max_iter=get_config().final_max_iter
+        )
         return {"kernel": kernel, "df": df, "scale": scale, "res": res}
 
     def _fit_df_grid(self, kernel, rng):

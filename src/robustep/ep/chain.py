@@ -1,0 +1,239 @@
+"""``method="auto"``: EP that does not silently fail.
+
+One chain, used by every estimator that offers ``method="auto"``, run by
+:func:`run_chain` with the stages of an :class:`~robustep.ep.strategy.InferenceStrategy`.
+The stages all look for the same thing, a fixed point of EP, and differ only in the
+algorithm, from the cheapest to the most robust; the chain stops at the first stage that
+converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceStrategy.auto>`:
+
+1. ``"ep"``: parallel EP (one factorisation per sweep, cavities kept positive,
+   Jylänki et al. 2011 §4 modification 2), stopped early when it stalls or oscillates
+   (no new smallest residual, by 10%, for ``patience`` sweeps);
+2. ``"damped"``: parallel EP with adaptive damping
+   (:class:`~robustep.ep.strategy.AdaptiveDamping`: blocks of 50 sweeps from damping
+   0.5, the damping moving halfway to 1 after a block without progress, as
+   ``GPClassifier(method="damped", damping="adaptive")``);
+3. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
+   2011 §4, modifications 1-4; docs/derivations/double_loop.md) with ``max_inner=10``
+   inner iterations per outer update, after ``n_parallel_init=10`` parallel sweeps.
+
+Every stage starts from the caller's ``init`` (the previous evaluation's sites inside a
+hyperparameter search, else zero sites), not from where a failed stage stopped: the end
+state of an oscillating parallel run sits at the cavity limits, where the damped steps of
+stage 2 were blocked after a few sweeps (docs/reliability.md).  With the inner loop run
+towards consistency the double loop is the provably convergent form (each inner step
+decreases the convex inner objective, each outer update the EP objective); the engine's
+default of 2 inner steps is faster but did not converge on the hard grid of
+benchmarks/auto_grid.py (docs/reliability.md, "method='auto'").
+
+Each stage has its own budget of ``max_iter`` sweeps (inner iterations for the double
+loop), so the chain costs at most about three times ``max_iter``.  No stage warns; the
+caller warns only when all failed, with :func:`failure_message` (which names what was
+tried).  The result is the converged stage's :class:`~robustep.ep.EPResult` with
+``n_iter`` summed over the stages, and two extra attributes: ``method_used`` (the stage
+name) and ``methods_tried`` (a list of ``(name, converged, n_iter, final residual)``).
+When no stage converged, the result with the smallest final residual is returned.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.ep.engine import expectation_propagation
+from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
+from robustep.ep.subset_start import resolve_subset_start
+
+__all__ = [
+    "auto_expectation_propagation",
+    "failure_message",
+    "run_chain",
+    "stall_callback",
+    "warn_if_not_converged",
+]
+
+# stages "ep" and "damped": robust parallel sweeps, no step halving, no double loop
+_PARALLEL = DoubleLoop("off")
+
+
+def stall_callback(patience, min_sweeps):
+    """EP callback that stops a run whose residual has not improved by 10% for ``patience``
+    sweeps, once it has made ``min_sweeps``."""
+    state = {"best": np.inf, "since": 0, "n": 0}
+
+    def callback(info):
+        state["n"] += 1
+        r = info["residual"]
+        if r < 0.9 * state["best"]:
+            state["best"], state["since"] = r, 0
+        else:
+            state["since"] += 1
+        return state["n"] >= min_sweeps and state["since"] >= patience
+
+    return callback
+
+
+def _residual(res):
+    hist = res.history.get("residual", [])
+    return float(hist[-1]) if hist else np.inf
+
+
+def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="parallel"):
+    """Run the stages of ``strategy`` (module docstring) and return an ``EPResult``.
+
+    K : (n, n) prior covariance or a :class:`robustep.posterior.GaussianPrior`;
+    y : (n,) targets; likelihood : a :class:`robustep.likelihoods.Likelihood`;
+    strategy : an :class:`~robustep.ep.strategy.InferenceStrategy` (its stages, stall rule,
+    damping policy, double-loop options and per-stage budgets);
+    tol : site tolerance (as :func:`robustep.ep.expectation_propagation`);
+    init : warm start of every stage (``"subset"`` is resolved once, and all stages start
+    from the same sites); schedule : schedule of stages "ep" and "damped" (the double loop
+    is parallel).
+    """
+    if not isinstance(strategy, InferenceStrategy):
+        raise TypeError(f"strategy must be an InferenceStrategy, got {strategy!r}")
+    if isinstance(init, str) and init == "subset":
+        # once for all stages (each would otherwise repeat the subset run)
+        init = resolve_subset_start(K, y, likelihood, schedule=schedule)
+    tried = []
+    results = []
+    total = 0
+    max_iter = strategy.max_iter
+
+    def run(budget=strategy.max_factorisations, **kwargs):
+        nonlocal total
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            res = expectation_propagation(
+                K, y, likelihood, tol=tol, max_factorisations=budget, **kwargs
+            )
+        total += int(res.n_iter)
+        return res
+
+    def parallel():  # stage "ep"
+        return run(
+            schedule=schedule,
+            **_PARALLEL.engine_options(),
+            max_iter=max_iter,
+            init=init,
+            callback=stall_callback(strategy.patience, min_sweeps=strategy.patience),
+        )
+
+    def damped():  # stage "damped": the blocks share the stage's budgets
+        def block(damping, sweeps, start, budget):
+            return run(
+                schedule=schedule,
+                **_PARALLEL.engine_options(),
+                damping=damping,
+                max_iter=sweeps,
+                init=start,
+                budget=budget,
+            )
+
+        return strategy.damping.run(
+            block, max_iter, init, max_factorisations=strategy.max_factorisations
+        )
+
+    def double_loop():  # stage "double_loop", from the caller's init
+        return run(**strategy.fallback.engine_options(), max_iter=max_iter, init=init)
+
+    stages = {"ep": parallel, "damped": damped, "double_loop": double_loop}
+    for name in strategy.stages:
+        res = stages[name]()
+        tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
+        results.append((name, res))
+        if res.converged:
+            return _finish(res, name, tried, total)
+
+    # every stage failed: the state closest to a fixed point, reported as not converged
+    name, res = min(results, key=lambda item: _residual(item[1]))
+    res.converged = False
+    res.message = failure_message(tried, tol, strategy)
+    return _finish(res, name, tried, total)
+
+
+def _finish(res, name, tried, total):
+    res.n_iter = total
+    res.method_used = name
+    res.methods_tried = list(tried)
+    return res
+
+
+def auto_expectation_propagation(
+    K,
+    y,
+    likelihood,
+    *,
+    max_iter=1000,
+    tol=1e-4,
+    init=None,
+    schedule="parallel",
+    patience=20,
+    block=50,
+    double_loop=True,
+    max_factorisations=None,
+):
+    """The ``method="auto"`` chain with the strategy given by keywords (:func:`run_chain`).
+
+    max_iter : sweep budget *per stage*; patience : stage "ep" stops after this many
+    sweeps without a new smallest residual; block : sweeps per damping level in stage
+    "damped"; double_loop : False leaves out stage "double_loop"; max_factorisations :
+    posterior factorisations allowed *per stage*; the other arguments as
+    :func:`run_chain`.
+    """
+    stages = ("ep", "damped", "double_loop") if double_loop else ("ep", "damped")
+    strategy = InferenceStrategy(
+        stages=stages,
+        max_iter=max_iter,
+        max_factorisations=max_factorisations,
+        patience=patience,
+        damping=AdaptiveDamping(start=0.5, block=block),
+    )
+    return run_chain(K, y, likelihood, strategy, tol=tol, init=init, schedule=schedule)
+
+
+_DESCRIPTION = {"ep": "parallel EP", "damped": "damped EP with adaptive damping"}
+
+
+def failure_message(tried, tol, strategy=None):
+    """One sentence naming every stage tried, its sweeps and final residual.
+
+    ``tried``: ``(name, converged, n_iter, final residual)`` per stage; ``strategy``: the
+    chain's strategy (default ``InferenceStrategy.auto()``), for the double loop's options.
+    """
+    inner = (strategy or InferenceStrategy.auto()).fallback.max_inner
+    description = dict(_DESCRIPTION, double_loop=f"the double-loop algorithm ({inner} inner "
+                       "iterations)")  # fmt: skip
+    parts = [
+        f"{description[name]} ({n_iter} iterations, final residual {resid:.3g})"
+        for name, _, n_iter, resid in tried
+    ]
+    return (
+        f"method='auto' did not converge to tol={tol:g}: tried " + ", then ".join(parts) + "; "
+        "the state closest to a fixed point is kept"
+    )
+
+
+def warn_if_not_converged(estimator, result, what, stacklevel=3):
+    """The classifiers' ConvergenceWarning after a fit that did not converge (dense or sparse).
+
+    ``method="auto"`` already names every stage it tried in ``result.message``; an explicit
+    method gets the remedies to try.  ``what``: how the inference is named ("ep", "sparse
+    ep", ...).
+    """
+    if estimator.converged_:
+        return
+    if estimator.method == "auto":
+        warnings.warn(result.message, ConvergenceWarning, stacklevel=stacklevel)
+        return
+    others = [f"method={m!r}" for m in ("damped", "power") if m != estimator.method]
+    warnings.warn(
+        f"{what} inference did not converge ({estimator.n_iter_} iterations, "
+        f"max_iter={estimator.max_iter}, tol={estimator.tol}); the last finite state is "
+        f"kept. Try {', '.join(others)}, a larger max_iter or a larger tol.",
+        ConvergenceWarning,
+        stacklevel=stacklevel,
+    )

@@ -1,0 +1,325 @@
+"""Inference strategies: which EP algorithms a fit runs, in which order, and with what budget.
+
+An :class:`InferenceStrategy` is the one value an inference core receives.  It names
+
+* the stages of the ``method="auto"`` chain (:mod:`robustep.ep.chain`) and their order:
+  ``"ep"`` (parallel EP stopped when it stalls), ``"damped"`` (parallel EP with adaptive
+  damping) and ``"double_loop"`` (Heskes & Zoeter 2002; Jylänki et al. 2011 §4);
+* the stall rule of the ``"ep"`` stage (``patience``);
+* the adaptive damping policy (:class:`AdaptiveDamping`);
+* the options of the double-loop stage, and of a method that runs the engine once
+  (:class:`DoubleLoop`);
+* the run budget: ``max_iter`` sweeps and ``max_factorisations`` posterior factorisations
+  per stage.
+
+:class:`AdaptiveDamping` is the one implementation of adaptive damping: blocks of
+``block`` sweeps starting at damping ``start``, each warm-started from the last; after a
+block whose last site change did not reach a new minimum the damping moves halfway to 1.
+The binary classifier (``damping="adaptive"``), stage ``"damped"`` of the chain and nested
+EP for multi-class classification all run it.
+
+The engine's ``double_loop`` argument combines two flags (whether the run may switch to
+the double loop, and whether a stall halves the step first).  :class:`DoubleLoop` names
+the four combinations as modes and :meth:`DoubleLoop.engine_options` translates them,
+in one place, to the arguments of :func:`robustep.ep.expectation_propagation`:
+
+================  ===================  ====================================================
+mode              engine double_loop   what an engine run does
+================  ===================  ====================================================
+"on_stall"        None                 robust parallel sweeps; on a stall halve the step
+                                       (twice), then switch to the double loop
+"after_init"      True                 ``n_parallel_init`` parallel sweeps, then the double
+                                       loop
+"off"             False                robust parallel sweeps only, no step halving
+"stop_on_stall"   "never"              as "on_stall", but a stall ends the run
+================  ===================  ====================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "STAGES",
+    "AdaptiveDamping",
+    "DampingSchedule",
+    "DoubleLoop",
+    "InferenceStrategy",
+]
+
+#: the stages of the ``method="auto"`` chain, from the cheapest to the most robust
+STAGES = ("ep", "damped", "double_loop")
+
+_ENGINE_DOUBLE_LOOP = {"on_stall": None, "after_init": True, "off": False, "stop_on_stall": "never"}
+
+
+def _is_int(value, low):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+
+
+def _sites(res):
+    """The warm start of the next block: a copy of the result's sites."""
+    return (np.array(res.site_precision, dtype=float), np.array(res.site_shift, dtype=float))
+
+
+def _last_change(res):
+    """The largest site change of a run's last sweep (inf when it made none)."""
+    changes = res.history.get("max_change", [])
+    return float(changes[-1]) if len(changes) else np.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class DoubleLoop:
+    """How an engine run uses the double loop (module docstring: the four modes).
+
+    Attributes
+    ----------
+    mode : "on_stall", "after_init", "off" or "stop_on_stall".
+    n_parallel_init : int >= 0
+        Parallel sweeps before the double loop ("after_init"), or at least this many before
+        a stall counts ("on_stall", "stop_on_stall").
+    max_inner : int >= 1
+        Inner-loop iterations per outer update of the double loop.
+    """
+
+    mode: str = "on_stall"
+    n_parallel_init: int = 10
+    max_inner: int = 2
+
+    def __post_init__(self):
+        if self.mode not in _ENGINE_DOUBLE_LOOP:
+            raise ValueError(
+                f"DoubleLoop.mode must be one of {sorted(_ENGINE_DOUBLE_LOOP)}, got {self.mode!r}"
+            )
+        if not _is_int(self.n_parallel_init, 0):
+            raise ValueError(
+                f"DoubleLoop.n_parallel_init must be an integer >= 0, got {self.n_parallel_init!r}"
+            )
+        if not _is_int(self.max_inner, 1):
+            raise ValueError(
+                f"DoubleLoop.max_inner must be an integer >= 1, got {self.max_inner!r}"
+            )
+
+    @property
+    def runs(self) -> bool:
+        """Whether an engine run with this mode may switch to the double loop."""
+        return self.mode in ("on_stall", "after_init")
+
+    def engine_options(self) -> dict:
+        """Keyword arguments of :func:`robustep.ep.expectation_propagation` for this mode."""
+        return {
+            "double_loop": _ENGINE_DOUBLE_LOOP[self.mode],
+            "n_parallel_init": int(self.n_parallel_init),
+            "max_inner": int(self.max_inner),
+        }
+
+
+class DampingSchedule:
+    """The damping of each block of an adaptive-damping run, given the last block's outcome.
+
+    ``next_block()`` gives ``(damping, sweeps)`` for the next block, or None once
+    ``max_iter`` sweeps are used; ``record(n_iter, last_change)`` reports the block that ran
+    (its sweeps and its last largest site change): when that change is not below the
+    smallest so far the damping moves halfway to 1.
+    """
+
+    def __init__(self, policy: AdaptiveDamping, max_iter: int):
+        self.damping = float(policy.start)
+        self.block = int(policy.block)
+        self.max_iter = int(max_iter)
+        self.used = 0
+        self.best = np.inf
+
+    def next_block(self):
+        if self.used >= self.max_iter:
+            return None
+        return self.damping, min(self.block, self.max_iter - self.used)
+
+    def record(self, n_iter, last_change):
+        self.used += int(n_iter)
+        if not last_change < self.best:
+            self.damping = 0.5 * (1.0 + self.damping)
+        self.best = min(self.best, last_change)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveDamping:
+    """Adaptive damping: blocks of ``block`` sweeps from damping ``start``; the damping moves
+    halfway to 1 after a block without a new smallest last site change.
+
+    Attributes
+    ----------
+    start : float in [0, 1)
+        Damping of the first block (the weight kept on the old site values).
+    block : int >= 1
+        Sweeps per block.
+    """
+
+    start: float = 0.5
+    block: int = 50
+
+    def __post_init__(self):
+        if not (
+            isinstance(self.start, numbers.Real)
+            and not isinstance(self.start, bool)
+            and 0.0 <= self.start < 1.0
+        ):
+            raise ValueError(f"AdaptiveDamping.start must be in [0, 1), got {self.start!r}")
+        if not _is_int(self.block, 1):
+            raise ValueError(f"AdaptiveDamping.block must be an integer >= 1, got {self.block!r}")
+
+    @classmethod
+    def nested_ep(cls) -> AdaptiveDamping:
+        """The policy of nested EP (multi-class classification): from damping 0.3, since
+        undamped parallel nested EP oscillates for large kernel amplitudes
+        (docs/derivations/multiclass.md §3)."""
+        return cls(start=0.3, block=50)
+
+    def schedule(self, max_iter: int) -> DampingSchedule:
+        """A fresh :class:`DampingSchedule` for a run of at most ``max_iter`` sweeps."""
+        return DampingSchedule(self, max_iter)
+
+    def run(self, run_block, max_iter, init=None, *, max_factorisations=None, warm_state=_sites):
+        """Run blocks until one converges, one makes no sweep, or the budget is used.
+
+        run_block : ``run_block(damping, max_iter, init, max_factorisations)`` runs one
+            block (an engine call) and returns its result (``converged``, ``n_iter``,
+            ``history["max_change"]``, and ``n_factorisations`` when a factorisation
+            budget is given).
+        max_iter : sweeps in all, over the blocks.
+        init : the first block's warm start; later blocks start from
+            ``warm_state(previous result)`` (default: its sites).
+        max_factorisations : None (no limit) or the factorisations of all blocks together;
+            each block gets what is left.
+
+        Returns the last block's result with ``n_iter`` the sweeps of all blocks (None when
+        ``max_iter`` < 1).
+        """
+        schedule = self.schedule(max_iter)
+        left = max_factorisations
+        res = None
+        while (step := schedule.next_block()) is not None:
+            damping, sweeps = step
+            res = run_block(damping, sweeps, init, left)
+            n_iter = int(res.n_iter)
+            schedule.record(n_iter, _last_change(res))
+            if left is not None:
+                left -= res.n_factorisations
+            if res.converged or n_iter == 0 or (left is not None and left <= 0):
+                break
+            init = warm_state(res)
+        if res is not None:
+            res.n_iter = schedule.used
+        return res
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceStrategy:
+    """Which EP algorithms an inference runs, in which order, and its budget.
+
+    Attributes
+    ----------
+    stages : tuple of "ep", "damped", "double_loop"
+        The stages of the ``method="auto"`` chain, in the order they are tried
+        (:func:`robustep.ep.chain.run_chain`); each starts from the caller's warm start.
+    max_iter : int >= 1
+        Sweeps allowed per stage (inner iterations for the double loop), and for a method
+        that runs the engine once.
+    max_factorisations : int >= 0 or None
+        Posterior factorisations allowed per stage (None: no limit); the blocks of the
+        ``"damped"`` stage share theirs.
+    patience : int >= 1
+        Stage ``"ep"`` stops after this many sweeps without a new smallest residual (by
+        10%), and makes at least this many.
+    damping : AdaptiveDamping
+        The policy of stage ``"damped"``.
+    fallback : DoubleLoop
+        The engine options of stage ``"double_loop"`` (its mode must switch to the double
+        loop: "after_init" or "on_stall").
+    single_run : DoubleLoop
+        The engine options of a method that runs the engine once (``method="ep"`` or
+        ``"fractional"``).
+    """
+
+    stages: tuple = STAGES
+    max_iter: int = 1000
+    max_factorisations: int | None = None
+    patience: int = 20
+    damping: AdaptiveDamping = AdaptiveDamping()
+    fallback: DoubleLoop = DoubleLoop("after_init", n_parallel_init=10, max_inner=10)
+    single_run: DoubleLoop = DoubleLoop()
+
+    def __post_init__(self):
+        stages = self.stages
+        if isinstance(stages, str) or not isinstance(stages, (tuple, list)):
+            raise ValueError(f"stages must be a tuple of stage names, got {stages!r}")
+        unknown = [s for s in stages if s not in STAGES]
+        if unknown or not stages or len(set(stages)) != len(stages):
+            raise ValueError(
+                f"stages must be distinct names from {STAGES} (at least one), got {stages!r}"
+            )
+        object.__setattr__(self, "stages", tuple(stages))
+        if not _is_int(self.max_iter, 1):
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        mf = self.max_factorisations
+        if mf is not None and not _is_int(mf, 0):
+            raise ValueError(f"max_factorisations must be None or an integer >= 0, got {mf!r}")
+        if not _is_int(self.patience, 1):
+            raise ValueError(f"patience must be a positive integer, got {self.patience!r}")
+        if not isinstance(self.damping, AdaptiveDamping):
+            raise TypeError(f"damping must be an AdaptiveDamping, got {self.damping!r}")
+        for name in ("fallback", "single_run"):
+            if not isinstance(getattr(self, name), DoubleLoop):
+                raise TypeError(f"{name} must be a DoubleLoop, got {getattr(self, name)!r}")
+        if not self.fallback.runs:
+            raise ValueError(
+                "fallback is the double-loop stage: its mode must be 'after_init' or "
+                f"'on_stall', got {self.fallback.mode!r}"
+            )
+
+    @property
+    def runs_double_loop(self) -> bool:
+        """Whether the chain has the double-loop stage."""
+        return "double_loop" in self.stages
+
+    @classmethod
+    def auto(cls, max_iter: int = 1000) -> InferenceStrategy:
+        """The estimators' ``method="auto"``: parallel EP (patience 20), adaptive damping
+        from 0.5 in blocks of 50 sweeps, then the double loop (10 parallel sweeps, 10 inner
+        iterations), each with ``max_iter`` sweeps and no factorisation limit."""
+        return cls(max_iter=max_iter)
+
+    @classmethod
+    def search_run(cls, max_iter: int | None = None) -> InferenceStrategy:
+        """An EP run inside a hyperparameter search, from :func:`robustep.get_config`.
+
+        Such a run is discarded when it does not converge within a small budget, so it never
+        starts the double loop: the chain is ``("ep", "damped")`` and a single engine run
+        stops at a stall (mode "stop_on_stall").  ``max_iter`` sweeps (default
+        ``search_max_iter``) and ``search_factorisations_per_sweep * max_iter`` posterior
+        factorisations per stage.
+        """
+        from robustep._config import get_config
+
+        settings = get_config()
+        if max_iter is None:
+            max_iter = settings.search_max_iter
+        return cls(
+            stages=("ep", "damped"),
+            max_iter=max_iter,
+            max_factorisations=settings.search_factorisations_per_sweep * max_iter,
+            single_run=DoubleLoop("stop_on_stall"),
+        )
+
+    def engine_options(self) -> dict:
+        """Keyword arguments of :func:`robustep.ep.expectation_propagation` (or of an engine
+        that passes them on) for a method that runs the engine once: the double-loop mode
+        of ``single_run``, ``max_iter`` and ``max_factorisations``."""
+        return {
+            **self.single_run.engine_options(),
+            "max_iter": int(self.max_iter),
+            "max_factorisations": self.max_factorisations,
+        }
