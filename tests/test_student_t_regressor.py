@@ -270,14 +270,17 @@ def test_failed_search_is_reported(monkeypatch):
 
 def test_search_evaluation_out_of_factorisations_is_a_failed_evaluation(monkeypatch):
     """With no factorisations allowed, every search evaluation after the first (which has
-    the final fit's budget) fails: the fit still ends, at the starting hyperparameters."""
+    the final fit's budget) fails unless its warm start is already a fixed point: the fit
+    still ends, next to the starting hyperparameters, and the search reports its failures."""
 
     X, y, Xt, _, _ = _data(n=20)
     kernel = ConstantKernel(1.0) * RBF(1.0)
     with warnings.catch_warnings(), robustep.config(search_factorisations_per_sweep=0):
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = StudentTGPRegressor(kernel, method="ep").fit(X, y)
-    assert est.kernel_.theta == pytest.approx(kernel.theta) and est.scale_ == 0.5
+    np.testing.assert_allclose(est.kernel_.theta, kernel.theta, atol=0.05)
+    assert est.scale_ == pytest.approx(0.5, rel=0.05)
+    assert est.optimizer_result_.n_failures > 0
     assert np.all(np.isfinite(est.predict(Xt)))
 
 

@@ -584,6 +584,9 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds):
             callable_bounds=full_bounds,
         )  # fmt: skip
         x = search.x
+        est._searches.append(search)
+        if not search.success:
+            est._search_failed = True
         est._record_bounds(kernel, x[: p + n_lik], bounds, fit_df)
         kernel, lp, Z = space.unpack(x)
         lik = lik_of(lp)

@@ -41,7 +41,7 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy import linalg, special
+from scipy import special
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
@@ -52,7 +52,13 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._config import get_config, limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
-from robustep.estimators._optimizer import run_optimizer
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+    warn_if_stuck,
+)
 from robustep.kernel_gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.posterior import DensePrior
@@ -67,7 +73,6 @@ _LOO_METHODS = ("auto", "ep", "fractional", "gaussian")
 _DEVICE_METHODS = ("auto", "ep", "fractional")
 _DF_BOUNDS = (1.05, 1000.0)
 _SCALE_BOUNDS = (1e-2, 1e2)
-_PENALTY = 1e25
 
 
 def default_df_grid(n: int = 15, low: float = 1.5, high: float = 20.0) -> np.ndarray:
@@ -552,7 +557,6 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         X = self._X
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
-        state = {"warm": None}
         # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
         # kernel call and its dense gradient (robustep/kernel_gradient.py)
         if self.device is None:
@@ -571,54 +575,33 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         must_converge = self.method in ("ep", "fractional", "auto", "laplace")
         settings = get_config()
 
-        def obj(x, eval_gradient=True):
+        def evaluate(x, context):
             s = float(np.exp(min(x[p], 700.0)))
             d = float(np.exp(x[p + 1])) if fit_df else df
-            try:
-                K, Kg = kernel_and_gradient(x[:p])
-                first = "best" not in state
-                warm_start = self._warm_of(state["warm"])
-                budget = settings.search_max_iter
-                if first:
-                    budget = (
-                        settings.final_max_iter
-                        if warm_start is None
-                        else settings.warm_first_max_iter
-                    )
+            K, Kg = kernel_and_gradient(x[:p])
+            warm_start = self._warm_of(context.warm)
+            budget = settings.search_max_iter
+            if context.first:
+                budget = (
+                    settings.final_max_iter if warm_start is None else settings.warm_first_max_iter
+                )
+            res = self._infer(
+                K, d, s, warm=warm_start, max_iter=budget, tol=settings.search_tol,
+                search=not context.first,
+            )  # fmt: skip
+            if context.first and warm_start is not None and must_converge and not res.converged:
+                # nothing to back off to yet: try the start once more from cold
                 res = self._infer(
-                    K, d, s, warm=warm_start, max_iter=budget, tol=settings.search_tol,
-                    search=not first,
+                    K, d, s, warm=None, max_iter=settings.final_max_iter, tol=settings.search_tol
                 )  # fmt: skip
-                if first and warm_start is not None and must_converge and not res.converged:
-                    # nothing to back off to yet: try the start once more from cold
-                    res = self._infer(
-                        K, d, s, warm=None, max_iter=settings.final_max_iter,
-                        tol=settings.search_tol,
-                    )  # fmt: skip
-                val = float(res.log_marginal_likelihood)
-                # A non-converged EP evidence is not a stationary value and its explicit
-                # gradient is wrong, nor is a Laplace evidence away from the mode (its
-                # implicit gradient assumes the mode); treat either as a failed evaluation.
-                if not np.isfinite(val) or (must_converge and not res.converged):
-                    raise FloatingPointError
-                gk, gd, gs = self._gradient(res, Kg, d, s)
-                grad = np.concatenate([gk, [gs], [gd] if fit_df else []])
-                if not np.all(np.isfinite(grad)):
-                    raise FloatingPointError
-            except (linalg.LinAlgError, ArithmeticError, ValueError):  # FloatingPoint, Overflow
-                # Inference failed (e.g. sigma far too small): a quadratic bowl around the
-                # best point so far lets the L-BFGS-B line search backtrack smoothly.  The
-                # warm start stays the last successful evaluation's (the line search comes
-                # back towards it), not the cold start it was before.
-                xb, fb = state.get("best", (x, _PENALTY))
-                d = x - xb
-                val = fb + 1e3 * (1.0 + float(d @ d))
-                return (val, 2e3 * d) if eval_gradient else val
-            state["warm"] = res
-            if -val < state.get("best", (None, np.inf))[1]:
-                state["best"] = (x.copy(), -val)
-                state["best_res"] = res
-            return (-val, -grad) if eval_gradient else -val
+            value = float(res.log_marginal_likelihood)
+            # A non-converged EP evidence is not a stationary value and its explicit
+            # gradient is wrong, nor is a Laplace evidence away from the mode (its
+            # implicit gradient assumes the mode); either is a failed evaluation.
+            if not np.isfinite(value) or (must_converge and not res.converged):
+                raise EvaluationFailed
+            gk, gd, gs = self._gradient(res, Kg, d, s)
+            return Evaluation(value, np.concatenate([gk, [gs], [gd] if fit_df else []]), res)
 
         bounds = np.vstack(
             [
@@ -635,35 +618,20 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         opt_bounds[p] = (bounds[p, 0], None)
         x0 = np.concatenate([kernel.theta, [np.log(scale)], [np.log(df)] if fit_df else []])
         x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
-        starts = [x0]
         n_restarts = self.n_restarts_optimizer if n_restarts is None else int(n_restarts)
-        for _ in range(n_restarts):
-            x = x0.copy()
-            lo, hi = (
-                np.maximum(bounds[:p, 0], x0[:p] - 2.0),
-                np.minimum(bounds[:p, 1], x0[:p] + 2.0),
-            )
-            x[:p] = rng.uniform(lo, hi)
-            starts.append(x)
-        best, self._search_res = None, None
-        for j, x_start in enumerate(starts):
-            state["warm"] = warm if j == 0 else None
-            state.pop("best", None)
-            state.pop("best_res", None)
-            x_opt, f_opt = run_optimizer(
-                self.optimizer, obj, x_start, opt_bounds,
-                options={"maxiter": 200, "ftol": settings.search_ftol}, callable_bounds=bounds,
-            )  # fmt: skip
-            if "best" not in state:  # no evaluation of this start succeeded
-                x_opt, f_opt = x_start, np.inf
-            if best is None or f_opt < best[1]:
-                best = (np.asarray(x_opt, float), float(f_opt))
-                # the inference at the start's best point: a warm start for the final fit
-                self._search_res = state.get("best_res")
-        if not np.isfinite(best[1]):
+        starts = draw_starts(x0, bounds, n_restarts, rng, radius=2.0, n_coordinates=p)
+        search = maximise_evidence(
+            evaluate, x0, opt_bounds, optimizer=self.optimizer, starts=starts, warm=warm,
+            options={"maxiter": 200, "ftol": settings.search_ftol}, callable_bounds=bounds,
+            verbose=bool(getattr(self, "verbose", False)),
+        )  # fmt: skip
+        # the inference at the best point: a warm start for the final fit
+        self._search_res = search.state
+        self._searches.append(search)
+        if not search.success:
             self._search_failed = True
-        self._record_bounds(kernel, best[0], bounds, fit_df)
-        return unpack(best[0])
+        self._record_bounds(kernel, search.x, bounds, fit_df)
+        return unpack(search.x)
 
     def _record_bounds(self, kernel, x, bounds, fit_df):
         """Note optimised hyperparameters that ended on a bound (as scikit-learn's GPR does)."""
@@ -736,6 +704,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         self._at_bounds = []
         self._search_failed = False
+        self._searches = []  # the evidence searches of this fit (EP3: one per grid value)
         self.df_grid_ = None
         self.df_weights_ = None
         self.mcmc_diagnostics_ = None
@@ -757,6 +726,10 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 kernel, df, scale = self._optimise(kernel, df, scale, self.optimize_df, rng)
             self._components = [self._final(kernel, df, scale)]
             self._weights = np.ones(1)
+        if self.df_grid_ is not None:  # EP3: one search per grid value
+            self.optimizer_result_ = list(self._searches) or None
+        else:
+            self.optimizer_result_ = self._searches[-1] if self._searches else None
         self._set_attributes()
         return self
 
@@ -943,6 +916,12 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
                 "method='fractional'",
                 ConvergenceWarning,
                 stacklevel=3,
+            )
+        elif any(search.stuck_reason() for search in self._searches):
+            warn_if_stuck(
+                next(search for search in self._searches if search.stuck_reason()),
+                "pass another starting kernel or scale, or set n_restarts_optimizer > 0",
+                stacklevel=4,
             )
         elif not self.converged_ and self.method == "auto":
             msgs = [c["res"].message for c in self._components if not c["res"].converged]
