@@ -163,7 +163,8 @@ class Laplace(Likelihood):
         else:
             keep, add = o["log_n"], o["log_p"]
         log_tail = special.log_ndtr(-t)
-        log_first = log_tail + np.log1p(-0.5 * np.exp(keep - log_tail))
+        # the ratio is <= 1 exactly; rounding of two huge logs (s -> 0) may exceed it
+        log_first = log_tail + np.log1p(-0.5 * np.exp(np.minimum(keep - log_tail, 0.0)))
         return np.exp(np.logaddexp(log_first, add - np.log(2.0)))
 
     def predictive_cdf_and_density(self, y, mean, var):
