@@ -259,3 +259,26 @@ def test_ep_regression_with_outliers_is_robust():
     err_gauss = np.abs(gauss.mean - truth)[[8, 25]].max()
     # the Laplace fit stays near the truth at the outliers; the Gaussian one is dragged
     assert err_laplace < 0.3 and err_gauss > 3 * err_laplace
+
+
+def test_power_ep_double_loop_and_loo_accept_the_likelihood():
+    from robustep import diagnostics
+
+    rng = np.random.default_rng(3)
+    x = np.linspace(0.0, 5.0, 30)
+    y = np.sin(x) + 0.1 * rng.standard_normal(30)
+    y[5] += 5.0
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2) + 1e-8 * np.eye(30)
+    lik = Laplace(scale=0.1)
+    assert expectation_propagation(K, y, lik, power=0.5, tol=1e-8).converged
+    res = expectation_propagation(K, y, lik, tol=1e-8)
+    dl = expectation_propagation(K, y, lik, tol=1e-8, double_loop=True)
+    assert dl.converged and dl.log_Z == pytest.approx(res.log_Z, abs=1e-7)
+    loo = diagnostics.loo_from_sites(lik, y, res.mean, res.var, res.site_precision,
+                                     res.site_shift)  # fmt: skip
+    np.testing.assert_allclose(
+        loo.log_predictive,
+        lik.predictive_log_density(y, loo.cavity_mean, loo.cavity_var),
+        rtol=1e-10,
+    )
+    assert loo.log_predictive[5] < np.min(np.delete(loo.log_predictive, 5))  # the outlier
