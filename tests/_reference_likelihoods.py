@@ -99,6 +99,13 @@ class GaussianReference(Likelihood):
         mean = var * (m / v + y / s2)
         return log_Z, mean, var
 
+    def tilted_log_Z_gradient(self, y, cavity_mean, cavity_var, power=1.0):
+        # log Z above, differentiated in log noise_variance with T = v + s2 / power
+        s2 = self.noise_variance / power
+        y, m, v = np.broadcast_arrays(*(np.asarray(a, float) for a in (y, cavity_mean, cavity_var)))
+        T = v + s2
+        return (0.5 * (1.0 - power) - 0.5 * s2 * (1.0 / T - (y - m) ** 2 / T**2))[:, None]
+
 
 # ------------------------------------------------------- dense log-space integration
 def reference_log_prob(lik, y, f):

@@ -40,7 +40,8 @@ import warnings
 import numpy as np
 from scipy import special
 
-from robustep.quadrature import gamma_scale_mixture_nodes
+from robustep.likelihoods import predictive_mixture
+from robustep.likelihoods.student_t import student_t_noise
 
 __all__ = [
     "LOOResult",
@@ -177,33 +178,6 @@ def mixture_loo(log_predictive, weights):
 
 
 # ------------------------------------------------------------------ Student-t predictive
-_N_GAMMA_NODES = 96
-
-
-def _gamma_nodes(df):
-    """(lambda_k, w_k) of the Student-t's Gamma scale mixture, 96 nodes
-    (:func:`robustep.quadrature.gamma_scale_mixture_nodes`)."""
-    return gamma_scale_mixture_nodes(df, _N_GAMMA_NODES)
-
-
-def _mixture_cdf(yq, comps, weights):
-    """(F, 1 - F) at (n,) points of the mixture sum_j weights[j] * (f_j + eps_j).
-
-    comps : list of (m (n,), v (n,), scale, lam, w) with f_j ~ N(m, v) and eps_j a
-    Student-t written as the scale mixture eps | lambda ~ N(0, scale^2 / lambda)
-    (Jylänki et al. 2011 eq. 3): F_j(y) = E_lambda[Phi((y - m) / sqrt(v + scale^2/lambda))].
-    weights : (J, n).
-    """
-    F = np.zeros_like(yq)
-    G = np.zeros_like(yq)
-    for (m, v, scale, lam, w), wj in zip(comps, weights, strict=True):
-        sd = np.sqrt(v[:, None] + scale**2 / lam[None, :])
-        z = (yq - m)[:, None] / sd
-        F += wj * (special.ndtr(z) @ w)
-        G += wj * (special.ndtr(-z) @ w)
-    return F, G
-
-
 def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=None,
                              coverage=0.95):  # fmt: skip
     """LOO predictive of the observation y_i = f_i + eps_i, eps ~ Student-t(nu, sigma).
@@ -230,8 +204,9 @@ def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=
     dfs = np.broadcast_to(np.asarray(dfs, dtype=float), (J,))
     scales = np.broadcast_to(np.asarray(scales, dtype=float), (J,))
     W = np.ones((1, y.size)) if weights is None else np.atleast_2d(np.asarray(weights, float))
-    comps = [(M[j], V[j], float(scales[j]), *_gamma_nodes(float(dfs[j]))) for j in range(J)]
-    F, G = _mixture_cdf(y, comps, W)
+    liks = [student_t_noise(dfs[j], scales[j]) for j in range(J)]
+    mixture = predictive_mixture(liks, M, V, W)
+    F, G = mixture.cdf(y), mixture.cdf(y, upper=True)
     # the normal score from the smaller tail, accurate far out
     z = np.where(F < G, special.ndtri(np.maximum(F, 1e-300)), -special.ndtri(np.maximum(G, 1e-300)))
     mean = np.sum(W * M, axis=0)
@@ -242,24 +217,9 @@ def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=
         std = np.sqrt(np.maximum(second - mean**2, 0.0))
     else:
         std = np.full(y.shape, np.inf)
-    # the interval by bisection on the (monotone) mixture CDF, all sites at once
+    # the interval from the mixture's quantiles (safeguarded Newton), all sites at once
     half = 0.5 * (1.0 - coverage)
-    width = np.sqrt(np.max(V, axis=0)) + np.max(scales) + np.ptp(M, axis=0)
-    bounds = []
-    for target in (half, 1.0 - half):
-        lo, hi = mean - width, mean + width
-        for _ in range(200):  # widen until bracketed
-            bad_lo = _mixture_cdf(lo, comps, W)[0] > target
-            bad_hi = _mixture_cdf(hi, comps, W)[0] < target
-            if not (bad_lo.any() or bad_hi.any()):
-                break
-            step = hi - lo
-            lo, hi = np.where(bad_lo, lo - step, lo), np.where(bad_hi, hi + step, hi)
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            below = _mixture_cdf(mid, comps, W)[0] < target
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        bounds.append(0.5 * (lo + hi))
+    bounds = mixture.quantiles([half, 1.0 - half]).T
     return {"mean": mean, "std": std, "z": z, "lower": bounds[0], "upper": bounds[1]}
 
 

@@ -41,7 +41,6 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy import special
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
@@ -60,9 +59,9 @@ from robustep.estimators._search import (
     warn_if_stuck,
 )
 from robustep.kernel_gradient import KernelWithGradient
-from robustep.likelihoods import StudentT
+from robustep.likelihoods import StudentT, predictive_mixture
+from robustep.likelihoods.student_t import student_t_noise
 from robustep.posterior import DensePrior
-from robustep.quadrature import gamma_scale_mixture_nodes
 
 __all__ = ["StudentTGPRegressor", "default_df_grid", "student_t_gaussian_quantiles"]
 
@@ -125,34 +124,6 @@ def _lik_grad(likelihood, grad) -> tuple[float, float]:
     return float(g.get("df", 0.0)), float(g.get("scale", 0.0))
 
 
-_N_MIX_NODES = 96  # Gauss–Legendre nodes for the Gamma scale mixture (rel. tail error < 1e-5)
-
-
-def _gamma_mixture_nodes(df, n_nodes=_N_MIX_NODES):
-    """:func:`robustep.quadrature.gamma_scale_mixture_nodes` (lambda_k, w_k), 96 nodes."""
-    return gamma_scale_mixture_nodes(df, n_nodes)
-
-
-def _mixture_cdf_pdf(y, means, variances, nodes, scales, weights):
-    """CDF and density of y = f + eps at (m,) points y.
-
-    For component j (weight w_j): f ~ N(means[j], variances[j]), eps ~ t_nu_j(0, sigma_j).
-    With the scale mixture eps | lambda ~ N(0, sigma^2 / lambda),
-    lambda ~ Gamma(nu/2, rate nu/2) (Jylänki et al. 2011, eq. 3),
-    F(y) = E_lambda[Phi((y - m) / sqrt(v + sigma^2 / lambda))]: a smooth 1-D integral
-    evaluated by quadrature with ``nodes[j]`` = :func:`_gamma_mixture_nodes` (nu_j),
-    vectorised over test points (one (m, K) array per component).
-    """
-    F = np.zeros_like(y)
-    p = np.zeros_like(y)
-    for m, v, (lam, wk), s, wj in zip(means, variances, nodes, scales, weights, strict=True):
-        sd = np.sqrt(v[:, None] + (s * s) / lam[None, :])  # (m, K)
-        z = (y[:, None] - m[:, None]) / sd
-        F += wj * (special.ndtr(z) @ wk)
-        p += wj * ((np.exp(-0.5 * z * z) / (np.sqrt(2.0 * np.pi) * sd)) @ wk)
-    return F, p
-
-
 def student_t_gaussian_quantiles(q, means, variances, dfs, scales, weights=None, tol=1e-10):
     """Quantiles of the predictive y = f + eps, f Gaussian, eps Student-t (a mixture of such).
 
@@ -160,54 +131,16 @@ def student_t_gaussian_quantiles(q, means, variances, dfs, scales, weights=None,
     components at m test points; dfs, scales : (J,) Student-t nu (``inf`` = Gaussian) and
     sigma; weights : (J,) mixture weights (default equal).  Returns (m, Q).
 
-    The CDF is :func:`_mixture_cdf_pdf` (quadrature over the scale-mixture variable);
-    each quantile is found by safeguarded Newton iterations inside a bracket, all test
-    points at once.  q = 0 and q = 1 give -inf and +inf.
+    :meth:`robustep.likelihoods.PredictiveMixture.quantiles` of the components'
+    :func:`robustep.likelihoods.student_t.student_t_noise` likelihoods; q = 0 and q = 1 give
+    -inf and +inf.
     """
     means = np.atleast_2d(np.asarray(means, float))
-    variances = np.maximum(np.atleast_2d(np.asarray(variances, float)), 0.0)
-    J, n = means.shape
+    J = means.shape[0]
     dfs = np.broadcast_to(np.asarray(dfs, float), (J,))
     scales = np.broadcast_to(np.asarray(scales, float), (J,))
-    weights = (
-        np.full(J, 1.0 / J) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    )
-    q = np.asarray(q, float).reshape(-1)
-    nodes = [_gamma_mixture_nodes(nu) for nu in dfs]
-    out = np.empty((n, q.size))
-    # Bracket: every component's latent mean +- a multiple of its spread.
-    spread = np.sqrt(variances + scales[:, None] ** 2)
-    lo0, hi0 = np.min(means - spread, axis=0), np.max(means + spread, axis=0)
-    width = hi0 - lo0
-    for k, qk in enumerate(q):
-        if qk <= 0.0 or qk >= 1.0:
-            out[:, k] = -np.inf if qk <= 0.0 else np.inf
-            continue
-        lo, hi = lo0.copy(), hi0.copy()
-        for _ in range(200):  # widen the brackets (doubling) until they contain the quantile
-            Flo = _mixture_cdf_pdf(lo, means, variances, nodes, scales, weights)[0]
-            Fhi = _mixture_cdf_pdf(hi, means, variances, nodes, scales, weights)[0]
-            bad_lo, bad_hi = Flo > qk, Fhi < qk
-            if not (bad_lo.any() or bad_hi.any()):
-                break
-            step = hi - lo
-            lo = np.where(bad_lo, lo - step, lo)
-            hi = np.where(bad_hi, hi + step, hi)
-        x = 0.5 * (lo + hi)
-        for _ in range(100):
-            F, p = _mixture_cdf_pdf(x, means, variances, nodes, scales, weights)
-            g = F - qk
-            lo = np.where(g < 0, x, lo)
-            hi = np.where(g >= 0, x, hi)
-            xn = x - g / np.maximum(p, 1e-300)
-            outside = ~((xn > lo) & (xn < hi)) | ~np.isfinite(xn)
-            xn = np.where(outside, 0.5 * (lo + hi), xn)
-            done = np.abs(xn - x) <= tol * (1.0 + width)
-            x = xn
-            if np.all(done):
-                break
-        out[:, k] = x
-    return out
+    liks = [student_t_noise(nu, s) for nu, s in zip(dfs, scales, strict=True)]
+    return predictive_mixture(liks, means, variances, weights).quantiles(q, tol=tol)
 
 
 class _GaussianGP:
@@ -964,16 +897,20 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         return np.array(means), np.array(vars_)
 
     def _predictive_mixture(self, X):
-        """Latent moments (J, m), nu (J,), sigma (J,), weights (J,) in standardised units."""
+        """The predictive of y at X (m, d) in standardised units, a
+        :class:`robustep.likelihoods.PredictiveMixture` over the EP3 grid or MCMC draws."""
         if self.method == "mcmc":
             M, V, idx = self._mcmc.predictive_components(X, max_draws=200)
             J = M.shape[0]
-            return M, V, self._mcmc.df[idx], self._mcmc.scale[idx], np.full(J, 1.0 / J)
+            liks = [
+                student_t_noise(nu, s)
+                for nu, s in zip(self._mcmc.df[idx], self._mcmc.scale[idx], strict=True)
+            ]
+            return predictive_mixture(liks, M, V, np.full(J, 1.0 / J))
         M, V = self._component_moments(X)
         gauss = self.method == "gaussian"
-        dfs = np.array([np.inf if gauss else c["df"] for c in self._components], float)
-        scales = np.array([c["scale"] for c in self._components], float)
-        return M, V, dfs, scales, self._weights
+        liks = [student_t_noise(np.inf if gauss else c["df"], c["scale"]) for c in self._components]
+        return predictive_mixture(liks, M, V, self._weights)
 
     def predict_quantiles(self, X, q):
         """Quantiles of the predictive distribution of the *observation* y at X.
@@ -982,8 +919,8 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         convolved with the Gaussian latent q(f* | D) (Jylänki et al. 2011, eq. 3 and
         §2), mixed over the EP3 grid or the MCMC draws; it is not Gaussian, so its
         quantiles are computed by quadrature over the scale-mixture variable and Newton
-        inversion (:func:`student_t_gaussian_quantiles`).  ``method="gaussian"``: the
-        Gaussian N(mean, var_f + scale^2).
+        inversion (:meth:`robustep.likelihoods.PredictiveMixture.quantiles`).
+        ``method="gaussian"``: the Gaussian N(mean, var_f + scale^2).
 
         X : (m, d); q : float or array-like of probabilities in [0, 1].
         Returns (m,) for a scalar q, else (m, len(q)), in target units.
@@ -999,8 +936,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         if qa.size == 0 or not np.all(np.isfinite(qa)) or np.any((qa < 0) | (qa > 1)):
             raise ValueError(f"q must contain probabilities in [0, 1], got {q!r}")
         X = _validate(self, X, reset=False)
-        M, V, dfs, scales, w = self._predictive_mixture(X)
-        Q = student_t_gaussian_quantiles(qa, M, V, dfs, scales, w)
+        Q = self._predictive_mixture(X).quantiles(qa)
         Q = Q * self._y_std + self._y_mean
         return Q[:, 0] if scalar else Q
 
@@ -1055,22 +991,12 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
         ys = (y - self._y_mean) / self._y_std
         if self.method == "mcmc":
-            lp = self._mcmc.log_predictive_density(X, ys, max_draws=200)[None, :]
+            lp = self._mcmc.log_predictive_density(X, ys, max_draws=200)
         else:
-            M, V = self._component_moments(X)
-            lp = []
-            for c, m, v in zip(self._components, M, V, strict=True):
-                if self.method == "gaussian":
-                    s2 = c["scale"] ** 2
-                    lp.append(-0.5 * (np.log(2 * np.pi * (v + s2)) + (ys - m) ** 2 / (v + s2)))
-                else:
-                    # log int p(y|f) N(f|m, v) df is the Student-t tilted log Z at power 1
-                    lp.append(StudentT(c["df"], c["scale"]).tilted_moments(ys, m, v)[0])
-            lp = np.array(lp)
-        logw = np.log(np.maximum(self._weights, 1e-300))[:, None] if lp.shape[0] > 1 else 0.0
-        a = lp + logw
-        mx = np.max(a, axis=0)
-        return mx + np.log(np.sum(np.exp(a - mx), axis=0)) - np.log(self._y_std)
+            # each component's log int p(y|f) N(f|m, v) df (Student-t: the tilted log Z at
+            # power 1), mixed over the EP3 grid
+            lp = self._predictive_mixture(X).log_density(ys)
+        return lp - np.log(self._y_std)
 
     def loo_score(self):
         """Mean leave-one-out log predictive density of the training targets (target units).

@@ -7,7 +7,14 @@ A likelihood owns its local math.  All methods are vectorised over sites:
 Likelihood parameters that can be learned (e.g. Student-t ``scale``) are
 positive and exposed in log space through :attr:`hyperparameter_names`,
 :meth:`get_log_params` and :meth:`with_log_params` (a new object; likelihoods
-are immutable values).
+are immutable values).  A class that names hyperparameters must implement their
+gradients (:meth:`Likelihood.tilted_log_Z_gradient` and
+:meth:`Likelihood.log_prob_parameter_gradient`); this is checked when the class is created.
+
+The predictive distribution of a new observation y given a Gaussian latent
+f ~ N(mean, var) (:meth:`Likelihood.predictive_log_density`, :meth:`Likelihood.predictive_cdf`,
+:meth:`Likelihood.predictive_quantiles`) belongs to the likelihood too; mixtures of such
+predictives (an EP3 grid, MCMC draws) are :func:`robustep.likelihoods.predictive_mixture`.
 """
 
 from __future__ import annotations
@@ -16,12 +23,37 @@ import abc
 
 import numpy as np
 
+from robustep.likelihoods._predictive import predictive_mixture
+
+_GRADIENT_METHODS = ("tilted_log_Z_gradient", "log_prob_parameter_gradient")
+
 
 class Likelihood(abc.ABC):
     """Base class of site likelihoods p(y_i | f_i)."""
 
     #: Names of learnable positive parameters, in the order of the log-space vector.
     hyperparameter_names: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        """Refuse a class that names hyperparameters but inherits the empty gradients.
+
+        Only a class-level tuple is checked: a wrapper whose names are a property computed
+        per instance (delegating to another likelihood) answers for its own gradients.
+        """
+        super().__init_subclass__(**kwargs)
+        names = cls.__dict__.get("hyperparameter_names", cls.hyperparameter_names)
+        if not isinstance(names, (tuple, list)) or not names:
+            return
+        missing = [
+            name for name in _GRADIENT_METHODS if getattr(cls, name) is getattr(Likelihood, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} declares hyperparameters {tuple(names)} but "
+                f"does not implement {', '.join(missing)}; implement both "
+                f"{' and '.join(_GRADIENT_METHODS)} (gradients in log parameters, shape "
+                "(n, n_params)), or set hyperparameter_names = () for fixed parameters"
+            )
 
     # ------------------------------------------------------------------ targets
     def validate_targets(self, y) -> np.ndarray:
@@ -46,7 +78,10 @@ class Likelihood(abc.ABC):
         """
 
     def tilted_log_Z_gradient(self, y, cavity_mean, cavity_var, power=1.0) -> np.ndarray:
-        """d log_Z / d log(theta) for each learnable parameter, shape (n, n_params)."""
+        """d log_Z / d log(theta) for each learnable parameter, shape (n, n_params).
+
+        The default (no hyperparameters) is the empty (n, 0) array.
+        """
         return np.zeros((np.size(cavity_mean), 0))
 
     # --------------------------------------------------------------- pointwise
@@ -59,8 +94,51 @@ class Likelihood(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not provide derivatives")
 
     def log_prob_parameter_gradient(self, y, f) -> np.ndarray:
-        """d log p(y|f) / d log(theta), shape (n, n_params)."""
+        """d log p(y|f) / d log(theta), shape (n, n_params); (n, 0) without hyperparameters."""
         return np.zeros((np.size(f), 0))
+
+    # ------------------------------------------------------------- predictive
+    # The predictive distribution of a new observation y when the latent f ~ N(mean, var):
+    # p(y) = int p(y | f) N(f | mean, var) df.  mean, var and y are (n,) arrays
+    # (broadcastable); var >= 0.
+    def predictive_log_density(self, y, mean, var) -> np.ndarray:
+        """log int p(y | f) N(f | mean, var) df, shape (n,).
+
+        The default is the tilted log normaliser at power 1; ``var`` must then be > 0.
+        """
+        return self.tilted_moments(y, mean, var, 1.0)[0]
+
+    def predictive_cdf(self, y, mean, var, upper=False) -> np.ndarray:
+        """P(Y <= y) (``upper``: P(Y > y), accurate far in the upper tail), shape (n,).
+
+        Only likelihoods of a real-valued observation implement it.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not provide a predictive CDF (implement predictive_cdf "
+            "and predictive_cdf_and_density for a likelihood of a real-valued observation)"
+        )
+
+    def predictive_cdf_and_density(self, y, mean, var):
+        """(CDF (n,), density (n,)) of the predictive at y, for Newton steps on quantiles.
+
+        The default evaluates :meth:`predictive_cdf` and :meth:`predictive_log_density`.
+        """
+        return self.predictive_cdf(y, mean, var), np.exp(self.predictive_log_density(y, mean, var))
+
+    def predictive_quantiles(self, q, mean, var, tol=1e-10) -> np.ndarray:
+        """Quantiles of the predictive at probabilities q (Q,), shape (n, Q).
+
+        Safeguarded Newton on :meth:`predictive_cdf_and_density`
+        (:meth:`robustep.likelihoods.PredictiveMixture.quantiles` with one component);
+        q = 0 and q = 1 give -inf and +inf.
+        """
+        mean = np.atleast_1d(np.asarray(mean, dtype=float))
+        var = np.broadcast_to(np.asarray(var, dtype=float), mean.shape)
+        return predictive_mixture([self], mean[None, :], var[None, :]).quantiles(q, tol=tol)
+
+    def noise_scale(self) -> float:
+        """A typical width of the observation noise (brackets predictive quantiles); 1 here."""
+        return 1.0
 
     # ----------------------------------------------------------- parameters
     def get_log_params(self) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 
 from robustep.likelihoods.base import Likelihood, as_site_arrays, check_cavity, check_power
 
@@ -80,3 +81,34 @@ class Gaussian(Likelihood):
         y, f = as_site_arrays(y, f)
         s2 = self.noise_variance
         return (0.5 * ((y - f) ** 2 / s2 - 1.0))[:, None]
+
+    # ----------------------------------------------------------- predictive
+    # With f ~ N(m, v) the observation y = f + eps is N(m, v + noise_variance): closed forms.
+    def predictive_log_density(self, y, mean, var):
+        """log N(y | mean, var + noise_variance), shape (n,); ``var`` >= 0."""
+        y, m, v = as_site_arrays(y, mean, var)
+        t = v + self.noise_variance
+        return -0.5 * (np.log(2 * np.pi * t) + (y - m) ** 2 / t)
+
+    def predictive_cdf(self, y, mean, var, upper=False):
+        """Phi(+-(y - mean) / sqrt(var + noise_variance)), shape (n,)."""
+        y, m, v = as_site_arrays(y, mean, var)
+        z = (y - m) / np.sqrt(v + self.noise_variance)
+        return special.ndtr(-z if upper else z)
+
+    def predictive_cdf_and_density(self, y, mean, var):
+        """(CDF (n,), density (n,)) of N(mean, var + noise_variance) at y."""
+        y, m, v = as_site_arrays(y, mean, var)
+        sd = np.sqrt(v + self.noise_variance)
+        z = (y - m) / sd
+        return special.ndtr(z), np.exp(-0.5 * z * z) / (np.sqrt(2.0 * np.pi) * sd)
+
+    def predictive_quantiles(self, q, mean, var, tol=None):
+        """mean + sqrt(var + noise_variance) Phi^-1(q), shape (n, Q) (``tol`` is unused)."""
+        q = np.asarray(q, dtype=float).reshape(-1)
+        m, v = as_site_arrays(mean, var)
+        return m[:, None] + np.sqrt(v + self.noise_variance)[:, None] * special.ndtri(q)[None, :]
+
+    def noise_scale(self):
+        """The noise standard deviation sqrt(noise_variance)."""
+        return float(np.sqrt(self.noise_variance))
