@@ -41,7 +41,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from robustep import _array_api as aa
-from robustep._kernels_xp import kernel_matrix
+from robustep.kernels.array import kernel_matrix
 from robustep.ep import expectation_propagation
 from robustep.likelihoods import Probit, StudentT
 from robustep.posterior import ArrayPrior, DensePrior

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robustep.kernel_gradient import contract_kernel_gradient
+from robustep.kernels.gradient import contract_kernel_gradient
 
 
 def local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power):
@@ -67,7 +67,7 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     result : EPResult (converged).
     K_gradient : (n, n, p) derivatives of K w.r.t. log kernel hyperparameters
         (as returned by ``kernel(X, eval_gradient=True)[1]``), or a lazy
-        :class:`robustep.kernel_gradient.RBFKernelGradient`.
+        :class:`robustep.kernels.gradient.RBFKernelGradient`.
     likelihood : the likelihood used in the run.
     y : (n,) targets.
 

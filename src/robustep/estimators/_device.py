@@ -3,7 +3,7 @@ on a PyTorch device (``device="cpu"``, ``"cuda"``, ``"cuda:1"``), predictions ba
 
 With ``device`` set, :class:`robustep.estimators.GPClassifier` (and, for its EP methods,
 :class:`robustep.estimators.StudentTGPRegressor`) builds K on the device
-(:mod:`robustep._kernels_xp` for the stationary kernels; others by scikit-learn and
+(:mod:`robustep.kernels.array` for the stationary kernels; others by scikit-learn and
 moved), runs EP on an :class:`robustep.posterior.ArrayPrior` (every O(n^2) / O(n^3)
 operation on the device; the O(n) per-site work in numpy), and computes the evidence
 gradient on the device:
@@ -73,7 +73,7 @@ def check_fit(estimator, y, methods=None):
 
 def prior(kernel, X, like, eval_gradient=False):
     """(ArrayPrior of K(X, X) on ``like``'s device, [dK_j] or None)."""
-    from robustep._kernels_xp import kernel_matrix
+    from robustep.kernels.array import kernel_matrix
     from robustep.posterior import ArrayPrior
 
     if eval_gradient:
@@ -98,7 +98,7 @@ def ep_gradient(result, grads):
 
 def predict_latent(kernel, X, X_train, result, like):
     """Latent predictive mean and variance (m,) numpy float64, computed on the device."""
-    from robustep._kernels_xp import kernel_matrix
+    from robustep.kernels.array import kernel_matrix
 
     K_cross = kernel_matrix(kernel, X, X_train, like=like)
     k_diag = kernel.diag(np.asarray(X, dtype=float))

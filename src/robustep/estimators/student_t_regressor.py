@@ -54,7 +54,7 @@ from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _device
 from robustep.estimators._optimizer import run_optimizer
-from robustep.kernel_gradient import KernelWithGradient
+from robustep.kernels.gradient import KernelWithGradient
 from robustep.likelihoods import StudentT
 from robustep.posterior import DensePrior
 from robustep.quadrature import gamma_scale_mixture_nodes
@@ -616,7 +616,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         fit_df = optimize_df and self.method != "gaussian"
         state = {"warm": None}
         # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
-        # kernel call and its dense gradient (robustep/kernel_gradient.py)
+        # kernel call and its dense gradient (robustep/kernels/gradient.py)
         if self.device is None:
             kernel_and_gradient = KernelWithGradient(kernel, X)
         else:  # (ArrayPrior of K, [dK_j]) on the device
