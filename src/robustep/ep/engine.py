@@ -298,8 +298,7 @@ def _mean_sweeps(ctx, ev, max_sweeps):
     of a site precision (then the precisions hold the run back, not the means).
     Returns (evaluation, number of sweeps kept).
     """
-    with_shift = getattr(ev.post, "with_site_shift", None)
-    if with_shift is None or not ev.ref_is_q:
+    if not ev.post.supports_site_shift or not ev.ref_is_q:
         return ev, 0
     eta = ctx.power
     kept = 0
@@ -315,7 +314,7 @@ def _mean_sweeps(ctx, ev, max_sweeps):
         if not np.all(np.isfinite(shift)):
             break
         try:
-            trial = _evaluate(ctx, ev.precision, shift, post=with_shift(shift))
+            trial = _evaluate(ctx, ev.precision, shift, post=ev.post.with_site_shift(shift))
         except InvalidSiteConfiguration:
             break
         trial_step = _mean_step(trial, eta)
@@ -879,8 +878,7 @@ def expectation_propagation(
     ctx.max_factorisations = None  # describing the final state is not budgeted
     result = _finish(ctx, ev, status)
     # array backends: K given as a torch / CuPy / ... array -> results of that kind
-    convert = getattr(ctx.prior, "convert_result", None)
-    return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
+    return result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
 
 
 def _run(ctx, ev, schedule, robust, site_update, double_loop, n_parallel_init, max_inner):

@@ -84,16 +84,9 @@ def prior(kernel, X, like, eval_gradient=False):
 
 
 def ep_gradient(result, grads):
-    """Explicit EP evidence gradient (p,) numpy, from the device posterior and [dK_j]."""
-    post = result.posterior
-    xp = post.xp
-    alpha = post.alpha_xp()
-    R = post.R_matrix_xp()
-    out = np.empty(len(grads))
-    for j, dK in enumerate(grads):
-        # 1/2 alpha^T dK alpha - 1/2 tr(R dK), R and dK symmetric
-        out[j] = 0.5 * float(alpha @ (dK @ alpha)) - 0.5 * float(xp.sum(R * dK))
-    return out
+    """Explicit EP evidence gradient (p,) numpy, from the device posterior and [dK_j]
+    (:meth:`robustep.posterior.ArraySitePosterior.kernel_gradient_contraction`)."""
+    return result.posterior.kernel_gradient_contraction(grads)
 
 
 def predict_latent(kernel, X, X_train, result, like):

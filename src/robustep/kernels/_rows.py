@@ -13,12 +13,12 @@ import numpy as np
 # entries (16 MB)
 _CHUNK_ENTRIES = 1 << 21
 
+
 def row_chunks(n: int, m: int, entries: int | None = None):
     """Slices covering range(n) in blocks of about ``entries / m`` rows (16 MB by default)."""
     entries = _CHUNK_ENTRIES if entries is None else entries
     step = max(1, int(entries // max(m, 1)))
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
-
 
 
 class Scratch:
@@ -40,5 +40,3 @@ class Scratch:
         if buf is None or buf.size < size:
             buf = self._buffers[name] = np.empty(size)
         return buf[:size].reshape(shape)
-
-

@@ -289,6 +289,8 @@ class FITCSitePosterior(SitePosterior):
         posterior is improper.
     """
 
+    supports_site_shift = True
+
     def __init__(self, prior, site_precision, site_shift, *, need_var=True):
         tau = np.asarray(site_precision, dtype=float)
         nu = np.asarray(site_shift, dtype=float)
@@ -380,6 +382,14 @@ class FITCSitePosterior(SitePosterior):
                 "non-positive marginal posterior variance; the site configuration is invalid"
             )
         return var
+
+    def kernel_gradient_contraction(self, K_gradient):
+        """Not offered: the FITC prior's K is implied by the kernel's K_mm, K_nm and
+        diag(K_nn), whose derivatives its gradient needs instead of an (n, n) dK."""
+        raise NotImplementedError(
+            "FITCSitePosterior takes its evidence gradient from the kernel's derivatives in "
+            "K_mm, K_nm and diag(K_nn): use robustep.ep.sparse_evidence.fitc_log_Z_gradient"
+        )
 
     def covariance(self):
         raise NotImplementedError(
