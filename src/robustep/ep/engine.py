@@ -859,8 +859,8 @@ def expectation_propagation(
     subset = isinstance(init, str) and init == "subset"
     if subset:
         init = resolve_subset_start(
-            prior, y, likelihood, schedule=schedule, power=power, damping=damping,
-            site_update=site_update,
+            prior, y, likelihood, run=expectation_propagation, schedule=schedule,
+            power=power, damping=damping, site_update=site_update,
         )  # fmt: skip
     precision, shift = _initial_sites(init, n)
     try:

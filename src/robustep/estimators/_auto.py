@@ -110,7 +110,9 @@ def auto_expectation_propagation(
 
     if isinstance(init, str) and init == "subset":
         # once for the three stages (each would otherwise repeat the subset run)
-        init = resolve_subset_start(K, y, likelihood, schedule=schedule)
+        init = resolve_subset_start(
+            K, y, likelihood, run=expectation_propagation, schedule=schedule
+        )
     tried = []
     results = []
     total = 0
