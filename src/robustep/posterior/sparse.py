@@ -30,6 +30,7 @@ array and no second n x m array is ever formed.
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 import numpy as np
@@ -240,6 +241,19 @@ class FITCPrior(GaussianPrior):
         return gradient_rows_sum(
             X, self.V, alpha, beta, M_diag, s, Ainv, self.L_mm_inverse(), kernel, Z, wrt_Z
         )
+
+    def pseudo_point(self):
+        """The prior N(0, Q_nn) of ``h = E[f | u]`` (Bui, Yan & Turner 2017; sparse.md §8).
+
+        A shallow copy sharing ``L_mm`` and ``V`` (neither copied nor modified) with
+        ``Lambda = 0`` and the attribute ``conditional_var`` (n,) = this prior's Lambda,
+        the variances d_i of f_i | u; the prior of power EP with power α < 1 on the
+        pseudo-point posterior (:mod:`robustep.ep.sparse_power`).
+        """
+        new = copy.copy(self)
+        new.conditional_var = np.array(self.Lambda, dtype=float)
+        new.Lambda = np.zeros_like(new.conditional_var)
+        return new
 
     def dense_covariance(self):
         """The (n, n) FITC covariance Q_nn + diag(Lambda): for tests on small n only."""
