@@ -41,8 +41,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from robustep import _array_api as aa
-from robustep._kernels_xp import kernel_matrix
 from robustep.ep import expectation_propagation
+from robustep.kernels.array import kernel_matrix
 from robustep.likelihoods import Probit, StudentT
 from robustep.posterior import ArrayPrior, DensePrior
 

@@ -1,4 +1,4 @@
-"""Array backends of the dense engine (robustep.posterior.backend, robustep._kernels_xp,
+"""Array backends of the dense engine (robustep.posterior.backend, robustep.kernels.array,
 estimators/_device.py): the same results as numpy on array-api-strict (every non-standard
 call fails there) and, when it is installed, on PyTorch CPU.  No test needs a GPU.
 """
@@ -23,9 +23,9 @@ from sklearn.gaussian_process.kernels import (
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from robustep import _array_api as aa
-from robustep._kernels_xp import kernel_matrix, supports
 from robustep.ep import expectation_propagation, log_Z_gradient
 from robustep.estimators import GPClassifier
+from robustep.kernels.array import kernel_matrix, supports
 from robustep.likelihoods import Gaussian, Logistic, NoisyStep, Probit, StudentT
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior import ArrayPrior, ArraySitePosterior, DensePrior, as_prior

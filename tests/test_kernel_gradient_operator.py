@@ -1,4 +1,4 @@
-"""Tests of the lazy dK/dlog theta operator (robustep.kernel_gradient).
+"""Tests of the lazy dK/dlog theta operator (robustep.kernels.gradient).
 
 References: scikit-learn's ``kernel(X, eval_gradient=True)`` (K and the dense (n, n, p)
 gradient) and the consumers' own dense-array paths; central finite differences of the
@@ -25,8 +25,7 @@ from robustep.baselines.variational import (
 )
 from robustep.ep import expectation_propagation, log_Z_gradient
 from robustep.estimators import StudentTGPRegressor
-from robustep.estimators._kernel_gradient import KernelWithGradient as ReExported
-from robustep.kernel_gradient import (
+from robustep.kernels.gradient import (
     KernelWithGradient,
     RBFKernelGradient,
     contract_kernel_gradient,
@@ -126,7 +125,19 @@ def test_other_kernels_fall_back_to_sklearn():
     K_ref, G_ref = kernel.clone_with_theta(kernel.theta)(X, eval_gradient=True)
     np.testing.assert_array_equal(K, K_ref)
     np.testing.assert_array_equal(G, G_ref)
-    assert ReExported is KernelWithGradient
+
+
+def test_old_module_path_warns_and_reexports():
+    import importlib
+    import sys
+
+    import robustep.kernels.gradient as new
+
+    sys.modules.pop("robustep.kernel_gradient", None)
+    with pytest.warns(DeprecationWarning, match="robustep.kernels.gradient"):
+        old = importlib.import_module("robustep.kernel_gradient")
+    for name in new.__all__:
+        assert getattr(old, name) is getattr(new, name)
 
 
 def test_away_from_the_initial_theta():

@@ -1,7 +1,7 @@
 """Small dispatch layer over the Python array API (numpy, array-api-strict, PyTorch, CuPy).
 
 The array backends of the dense posterior (:mod:`robustep.posterior.backend`) and the
-device kernels (:mod:`robustep._kernels_xp`) are written against the standard
+device kernels (:mod:`robustep.kernels.array`) are written against the standard
 (https://data-apis.org/array-api/) through ``array_api_compat.array_namespace``.  The
 standard lacks a few operations that dense EP needs in O(n^3); this module provides
 them with a fast path per library and a standard fallback:

@@ -35,7 +35,7 @@ import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.kernel_gradient import (
+from robustep.kernels.gradient import (
     as_kernel_gradient,
     contract_kernel_gradient,
     kernel_gradient_matvec,
@@ -257,7 +257,7 @@ def laplace_log_marginal_likelihood_gradient(result: LaplaceResult, K_gradient, 
     ----------
     result : LaplaceResult at the converged mode.
     K_gradient : (n, n, p) dK/d log theta_kernel (sklearn's ``eval_gradient`` layout), or
-        a lazy :class:`robustep.kernel_gradient.RBFKernelGradient`.
+        a lazy :class:`robustep.kernels.gradient.RBFKernelGradient`.
     likelihood, y : as passed to :func:`laplace_approximation`.
 
     Returns

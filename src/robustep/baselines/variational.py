@@ -42,7 +42,7 @@ from scipy.special import digamma, gammaln
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.baselines import _student_t as st
-from robustep.kernel_gradient import KernelWithGradient, contract_kernel_gradient
+from robustep.kernels.gradient import KernelWithGradient, contract_kernel_gradient
 from robustep.likelihoods import StudentT
 from robustep.linalg import jittered_cholesky, lower_gram, plus_diagonal, triangular_inverse
 
@@ -91,7 +91,7 @@ class _HeteroscedasticGP:
         """d log N(y|0, K + Gamma) / d log theta_kernel = (a^T K_j a - tr(Ky^-1 K_j)) / 2, (p,).
 
         K_gradient : (n, n, p) or (n, n) array, or a lazy
-        :class:`robustep.kernel_gradient.RBFKernelGradient`; one contraction with
+        :class:`robustep.kernels.gradient.RBFKernelGradient`; one contraction with
         M = (a a^T - Ky^-1) / 2.
         """
         M = np.multiply.outer(self.alpha, self.alpha)

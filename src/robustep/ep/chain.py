@@ -96,7 +96,9 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         raise TypeError(f"strategy must be an InferenceStrategy, got {strategy!r}")
     if isinstance(init, str) and init == "subset":
         # once for all stages (each would otherwise repeat the subset run)
-        init = resolve_subset_start(K, y, likelihood, schedule=schedule)
+        init = resolve_subset_start(
+            K, y, likelihood, run=expectation_propagation, schedule=schedule
+        )
     tried = []
     results = []
     total = 0

@@ -294,8 +294,7 @@ def _mean_sweeps(ctx, ev, max_sweeps):
     back, not the means).
     Returns (evaluation, number of sweeps kept).
     """
-    with_shift = getattr(ev.post, "with_site_shift", None)
-    if with_shift is None or not ev.ref_is_q:
+    if not ev.post.supports_site_shift or not ev.ref_is_q:
         return ev, 0
     eta = ctx.power
     fraction = get_config().mean_sweep_fraction
@@ -312,7 +311,7 @@ def _mean_sweeps(ctx, ev, max_sweeps):
         if not np.all(np.isfinite(shift)):
             break
         try:
-            trial = _evaluate(ctx, ev.precision, shift, post=with_shift(shift))
+            trial = _evaluate(ctx, ev.precision, shift, post=ev.post.with_site_shift(shift))
         except InvalidSiteConfiguration:
             break
         trial_step = _mean_step(trial, eta)
@@ -856,8 +855,8 @@ def expectation_propagation(
     subset = isinstance(init, str) and init == "subset"
     if subset:
         init = resolve_subset_start(
-            prior, y, likelihood, schedule=schedule, power=power, damping=damping,
-            site_update=site_update,
+            prior, y, likelihood, run=expectation_propagation, schedule=schedule,
+            power=power, damping=damping, site_update=site_update,
         )  # fmt: skip
     precision, shift = _initial_sites(init, n)
     try:
@@ -875,8 +874,7 @@ def expectation_propagation(
     ctx.max_factorisations = None  # describing the final state is not budgeted
     result = _finish(ctx, ev, status)
     # array backends: K given as a torch / CuPy / ... array -> results of that kind
-    convert = getattr(ctx.prior, "convert_result", None)
-    return result if convert is None or isinstance(K, GaussianPrior) else convert(result)
+    return result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
 
 
 def _run(ctx, ev, schedule, robust, site_update, double_loop, n_parallel_init, max_inner):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from robustep.kernel_gradient import contract_kernel_gradient
-
 
 def local_terms(log_Z_tilted, cav_precision, cav_shift, ref_precision, ref_shift, power):
     """Per-site terms (1/eta)[log Z^ + A_g(cavity) - A_g(reference)] - constants, shape (n,).
@@ -65,9 +63,10 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     Parameters
     ----------
     result : EPResult (converged).
-    K_gradient : (n, n, p) derivatives of K w.r.t. log kernel hyperparameters
-        (as returned by ``kernel(X, eval_gradient=True)[1]``), or a lazy
-        :class:`robustep.kernel_gradient.RBFKernelGradient`.
+    K_gradient : derivatives of K w.r.t. the p log kernel hyperparameters in the layout
+        of the posterior's :meth:`~robustep.posterior.SitePosterior.kernel_gradient_contraction`
+        (dense: (n, n, p) as returned by ``kernel(X, eval_gradient=True)[1]``, or a lazy
+        :class:`robustep.kernels.gradient.RBFKernelGradient`).
     likelihood : the likelihood used in the run.
     y : (n,) targets.
 
@@ -76,14 +75,7 @@ def log_Z_gradient(result, K_gradient, likelihood, y):
     grad_kernel : (p,)
     grad_likelihood : (q,) in the order of ``likelihood.hyperparameter_names``.
     """
-    post = result.posterior
-    alpha = np.asarray(post.alpha, dtype=float)
-    R = np.asarray(post.R_matrix(), dtype=float)
-    # sum_ij M_ij dK_k(i, j) with M = (alpha alpha^T - R^T) / 2: both terms in one contraction
-    M = np.multiply.outer(alpha, alpha)
-    M -= R.T
-    M *= 0.5
-    grad_kernel = contract_kernel_gradient(K_gradient, M)
+    grad_kernel = result.posterior.kernel_gradient_contraction(K_gradient)
     return grad_kernel, likelihood_gradient(result, likelihood, y)
 
 

@@ -40,6 +40,7 @@ from robustep.ep.multiclass import (
     _initial_inner_sites,
     outer_loop,
 )
+from robustep.kernels._rows import row_chunks
 from robustep.likelihoods.multinomial_probit import (
     _check_labels,
     _inner_posterior,
@@ -47,7 +48,7 @@ from robustep.likelihoods.multinomial_probit import (
     _x_prior,
 )
 from robustep.linalg import triangular_inverse
-from robustep.posterior.sparse import FITCPrior, row_chunks
+from robustep.posterior.sparse import FITCPrior
 
 #: entries of a (chunk, c, c m) temporary (4 MB): row chunks are sized by it
 _CHUNK_ENTRIES = 1 << 19
@@ -432,11 +433,11 @@ def fitc_multiclass_gradient(post, kernel, X, Z, *, wrt_inducing=False):
 
     Returns (grad_theta, grad_Z): grad_theta (p,) w.r.t. ``kernel.theta`` (shared kernel)
     or (Σ_j p_j,) the per-class gradients concatenated in class order (list of kernels);
-    grad_Z (m, d) (analytic kernels only, see :mod:`robustep.posterior._kernels`) or None.
+    grad_Z (m, d) (analytic kernels only, see :mod:`robustep.kernels.inducing`) or None.
     The explicit derivative ½ Σ_j tr(M_jj ∂K̃_j) is contracted with the kernel derivatives
     exactly as for the binary FITC model (docs/derivations/sparse.md eq. S14, S15).
     """
-    from robustep.posterior._kernels import fitc_theta_gradient, inducing_input_gradient
+    from robustep.kernels.inducing import fitc_theta_gradient, inducing_input_gradient
 
     prior = post.prior
     M_diag, s, VMV, Ainv = _class_weights(post)

@@ -4,7 +4,7 @@ At a converged EP fixed point log Z_EP is stationary in the sites, so its total
 derivative is the explicit one (Seeger 2005; as :func:`robustep.ep.log_Z_gradient` for the
 dense prior).  With the FITC prior the kernel enters through K_mm, K_nm and diag(K_nn);
 :meth:`robustep.posterior.sparse.FITCSitePosterior.gradient_weights` gives the weights of
-their derivatives (eq. S14) and :mod:`robustep.posterior._kernels` contracts them with the
+their derivatives (eq. S14) and :mod:`robustep.kernels.inducing` contracts them with the
 kernel's derivatives in row chunks, O(n m (m + p d)) time and no n x n array.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from robustep.ep.evidence import likelihood_gradient
-from robustep.posterior._kernels import inducing_gradient_mm, theta_gradient_mm
+from robustep.kernels.inducing import inducing_gradient_mm, theta_gradient_mm
 
 
 def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=True, M_diag=None):
@@ -28,7 +28,7 @@ def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=Tru
         own chunks); Z : (m, d) inducing inputs.
     likelihood, y : the likelihood and targets of the run.
     wrt_inducing : also return d log Z / d Z (analytic kernels only, see
-        :mod:`robustep.posterior._kernels`).
+        :mod:`robustep.kernels.inducing`).
     M_diag : (n,) replaces diag(M) of eq. S14 (None: FITC-EP's own; the pseudo-point
         power-EP family passes its eq. P11 weights, :mod:`robustep.ep.sparse_power`).
 

@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from robustep.linalg import InvalidSiteConfiguration
+from robustep.posterior import DensePrior, FITCPrior
 
 #: inducing rows of the subset start: min(SUBSET_MAX, max(SUBSET_MIN, n // 10))
 SUBSET_MAX = 200
@@ -36,7 +37,20 @@ def subset_size(n: int) -> int:
     return int(min(n, SUBSET_MAX, max(SUBSET_MIN, n // 10)))
 
 
-def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=None, seed=0):
+def subset_prior(K, seed=0):
+    """The FITC prior whose inducing inputs are m = :func:`subset_size` (n) rows of K.
+
+    K : (n, n) prior covariance of the dense problem (not modified); the m rows are drawn
+    without replacement by ``numpy.random.default_rng(seed)``.  Returns a
+    :class:`robustep.posterior.FITCPrior` (K_mm jittered if the subset repeats an input).
+    """
+    n = K.shape[0]
+    m = subset_size(n)
+    rows = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
+    return FITCPrior(K[np.ix_(rows, rows)], K[:, rows], np.diagonal(K).copy())
+
+
+def subset_fitc_start(K, y, likelihood, *, run, power=1.0, damping=0.0, site_update=None, seed=0):
     """Sites ``(site_precision, site_shift)``, each (n,), from FITC EP on m rows of K.
 
     Parameters
@@ -44,6 +58,8 @@ def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=N
     K : (n, n) prior covariance of the dense problem (not modified).
     y, likelihood, power, damping, site_update : as for the dense run, so that the start
         is a point of the same approximation family.
+    run : the EP routine, :func:`robustep.ep.expectation_propagation` (passed in by the
+        engine, which this module sits below).
     seed : the m rows are drawn without replacement by ``numpy.random.default_rng(seed)``
         (reproducible; the dense fixed point does not depend on them).
 
@@ -51,19 +67,13 @@ def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=N
     -------
     (site_precision, site_shift) or None when the subset run failed.
     """
-    from robustep.ep.engine import expectation_propagation
-    from robustep.posterior.sparse import FITCPrior
-
-    n = K.shape[0]
-    m = subset_size(n)
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
     try:
         with warnings.catch_warnings():
             # a rough start need not converge, and repeated inputs in the subset (a
             # singular K_mm, jittered by FITCPrior) are no concern of the user's
             warnings.simplefilter("ignore")
-            prior = FITCPrior(K[np.ix_(rows, rows)], K[:, rows], np.diagonal(K).copy())
-            res = expectation_propagation(
+            prior = subset_prior(K, seed)
+            res = run(
                 prior, y, likelihood, power=power, damping=damping, site_update=site_update,
                 tol=SUBSET_TOL, max_iter=SUBSET_MAX_ITER,
             )  # fmt: skip
@@ -77,16 +87,15 @@ def subset_fitc_start(K, y, likelihood, *, power=1.0, damping=0.0, site_update=N
 
 
 def resolve_subset_start(
-    K, y, likelihood, *, schedule="parallel", power=1.0, damping=0.0, site_update=None
+    K, y, likelihood, *, run, schedule="parallel", power=1.0, damping=0.0, site_update=None
 ):
     """The sites ``init="subset"`` stands for, or None (start from zero sites).
 
     K : a dense (n, n) array or a :class:`robustep.posterior.DensePrior`; any other prior
     (low-rank, array backend) and the sequential schedule give None, as does a failed
-    subset run.  The other arguments are those of the dense run.
+    subset run.  ``run``: the EP routine (:func:`robustep.ep.expectation_propagation`).
+    The other arguments are those of the dense run.
     """
-    from robustep.posterior import DensePrior
-
     if schedule != "parallel":
         return None
     if type(K) is DensePrior:
@@ -94,5 +103,5 @@ def resolve_subset_start(
     elif not (isinstance(K, np.ndarray) and K.ndim == 2):
         return None
     return subset_fitc_start(
-        K, y, likelihood, power=power, damping=damping, site_update=site_update
+        K, y, likelihood, run=run, power=power, damping=damping, site_update=site_update
     )

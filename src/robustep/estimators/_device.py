@@ -3,7 +3,7 @@ on a PyTorch device (``device="cpu"``, ``"cuda"``, ``"cuda:1"``), predictions ba
 
 With ``device`` set, :class:`robustep.estimators.GPClassifier` (and, for its EP methods,
 :class:`robustep.estimators.StudentTGPRegressor`) builds K on the device
-(:mod:`robustep._kernels_xp` for the stationary kernels; others by scikit-learn and
+(:mod:`robustep.kernels.array` for the stationary kernels; others by scikit-learn and
 moved), runs EP on an :class:`robustep.posterior.ArrayPrior` (every O(n^2) / O(n^3)
 operation on the device; the O(n) per-site work in numpy), and computes the evidence
 gradient on the device:
@@ -73,7 +73,7 @@ def check_fit(estimator, y, methods=None):
 
 def prior(kernel, X, like, eval_gradient=False):
     """(ArrayPrior of K(X, X) on ``like``'s device, [dK_j] or None)."""
-    from robustep._kernels_xp import kernel_matrix
+    from robustep.kernels.array import kernel_matrix
     from robustep.posterior import ArrayPrior
 
     if eval_gradient:
@@ -84,21 +84,14 @@ def prior(kernel, X, like, eval_gradient=False):
 
 
 def ep_gradient(result, grads):
-    """Explicit EP evidence gradient (p,) numpy, from the device posterior and [dK_j]."""
-    post = result.posterior
-    xp = post.xp
-    alpha = post.alpha_xp()
-    R = post.R_matrix_xp()
-    out = np.empty(len(grads))
-    for j, dK in enumerate(grads):
-        # 1/2 alpha^T dK alpha - 1/2 tr(R dK), R and dK symmetric
-        out[j] = 0.5 * float(alpha @ (dK @ alpha)) - 0.5 * float(xp.sum(R * dK))
-    return out
+    """Explicit EP evidence gradient (p,) numpy, from the device posterior and [dK_j]
+    (:meth:`robustep.posterior.ArraySitePosterior.kernel_gradient_contraction`)."""
+    return result.posterior.kernel_gradient_contraction(grads)
 
 
 def predict_latent(kernel, X, X_train, result, like):
     """Latent predictive mean and variance (m,) numpy float64, computed on the device."""
-    from robustep._kernels_xp import kernel_matrix
+    from robustep.kernels.array import kernel_matrix
 
     K_cross = kernel_matrix(kernel, X, X_train, like=like)
     k_diag = kernel.diag(np.asarray(X, dtype=float))

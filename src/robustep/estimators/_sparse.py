@@ -102,7 +102,7 @@ def validate_dask(est, X, y, *, classifier=False):
 
 def check_inducing_gradient(est, kernel):
     """With an optimizer and optimize_inducing, the kernel needs an analytic d/dZ."""
-    from robustep.posterior._kernels import supports_input_gradient
+    from robustep.kernels.inducing import supports_input_gradient
 
     if est.optimizer is not None and est.optimize_inducing and not supports_input_gradient(kernel):
         raise ValueError(

@@ -41,7 +41,6 @@ from robustep.estimators._search import (
     maximise_evidence,
     warn_if_stuck,
 )
-from robustep.linalg import cholesky_inverse
 from robustep.posterior import DensePrior
 
 __all__ = ["GPClassifier"]
@@ -76,21 +75,9 @@ def _two_integer_labels(y):
 
 
 def _ep_kernel_gradient(post, K_gradient):
-    """Explicit EP evidence gradient (p,) when every site precision is >= 0.
-
-    d log Z / d theta_k = 1/2 alpha^T K_k alpha - 1/2 tr(R K_k) (Seeger 2005; as
-    :func:`robustep.ep.log_Z_gradient`) with R = (K + T^-1)^-1 = S B^-1 S, B = L L^T the
-    factor the posterior already holds: B^-1 by ``linalg.cholesky_inverse`` (two n^3/3
-    passes) instead of two triangular solves with n right-hand sides (2 n^3), and both
-    traces as one matrix-vector product with the (n^2, p) reshaped K_gradient.
-    """
-    K_gradient = np.asarray(K_gradient, dtype=float)
-    n = post.mean.shape[0]
-    p = K_gradient.shape[2]
-    s = post._s
-    Binv = cholesky_inverse(post._L1)
-    M = 0.5 * np.outer(post.alpha, post.alpha) - 0.5 * (s[:, None] * Binv * s[None, :])
-    return M.reshape(-1) @ K_gradient.reshape(n * n, p)
+    """Explicit EP evidence gradient (p,) of the kernel's log hyperparameters:
+    ``post.kernel_gradient_contraction`` (Seeger 2005; :func:`robustep.ep.log_Z_gradient`)."""
+    return post.kernel_gradient_contraction(K_gradient)
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):

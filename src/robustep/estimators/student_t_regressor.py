@@ -58,7 +58,7 @@ from robustep.estimators._search import (
     maximise_evidence,
     warn_if_stuck,
 )
-from robustep.kernel_gradient import KernelWithGradient
+from robustep.kernels.gradient import KernelWithGradient
 from robustep.likelihoods import StudentT, predictive_mixture
 from robustep.likelihoods.student_t import student_t_noise
 from robustep.posterior import DensePrior
@@ -491,7 +491,7 @@ class StudentTGPRegressor(RegressorMixin, BaseEstimator):
         p = kernel.theta.size
         fit_df = optimize_df and self.method != "gaussian"
         # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
-        # kernel call and its dense gradient (robustep/kernel_gradient.py)
+        # kernel call and its dense gradient (robustep/kernels/gradient.py)
         if self.device is None:
             kernel_and_gradient = KernelWithGradient(kernel, X)
         else:  # (ArrayPrior of K, [dK_j]) on the device

@@ -177,7 +177,7 @@ class DaskFITCPrior(FITCPrior):
         return s, VDV
 
     def gradient_rows(self, kernel, X, Z, alpha, beta, M_diag, s, Ainv, wrt_Z):
-        """Sum over chunks of :func:`robustep.posterior._kernels.gradient_block`."""
+        """Sum over chunks of :func:`robustep.posterior.sparse.gradient_block`."""
         from dask import delayed
 
         shared = [delayed(a) for a in (s, Ainv, self.L_mm_inverse())]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from robustep import _array_api as aa
+from robustep.kernels.gradient import as_kernel_gradient, contract_kernel_gradient
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior.base import GaussianPrior, SitePosterior
 from robustep.posterior.dense import _CANCELLATION_THRESHOLD
@@ -165,6 +166,8 @@ class ArraySitePosterior(SitePosterior):
     InvalidSiteConfiguration
         if ``K^-1 + T~`` is not positive definite.
     """
+
+    supports_site_shift = True
 
     def __init__(self, prior, site_precision, site_shift, *, need_var=True):
         xp, K = prior.xp, prior.K
@@ -356,6 +359,37 @@ class ArraySitePosterior(SitePosterior):
         R = s[:, None] * self._solve_A(s[:, None] * aa.eye(xp, n, self._Kp))
         r = xp.asarray(self._rank, device=self._prior.device)
         return xp.take(xp.take(R, r, axis=0), r, axis=1)
+
+    def kernel_gradient_contraction(self, K_gradient):
+        """The prior's part of d log Z_EP / d theta, shape (p,) numpy (Seeger 2005).
+
+        ``1/2 alpha^T dK_k alpha - 1/2 tr(R dK_k)``, R = (K + T~^-1)^-1
+        (:meth:`R_matrix_xp`), computed in K's namespace on K's device.
+
+        Parameters
+        ----------
+        K_gradient : a sequence of p (n, n) arrays of K's library, dK/dlog theta_k
+            (``kernels.array.kernel_matrix(..., eval_gradient=True)[1]``), or an (n, n, p)
+            host array (contracted in numpy as the dense posterior does).
+
+        Returns
+        -------
+        (p,) numpy float64.
+        """
+        if not isinstance(K_gradient, (list, tuple)):
+            G = as_kernel_gradient(K_gradient)
+            M = np.multiply.outer(self.alpha, self.alpha)
+            M -= self.R_matrix().T
+            M *= 0.5
+            return contract_kernel_gradient(G, M)
+        xp = self.xp
+        alpha = self.alpha_xp()
+        R = self.R_matrix_xp()
+        out = np.empty(len(K_gradient))
+        for j, dK in enumerate(K_gradient):
+            # R and dK symmetric: tr(R dK) = sum(R o dK)
+            out[j] = 0.5 * float(alpha @ (dK @ alpha)) - 0.5 * float(xp.sum(R * dK))
+        return out
 
     def alpha_xp(self):
         """alpha (n,) on the device, in the original site order (mu = K alpha)."""

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import lapack
 
+from robustep.kernels.gradient import as_kernel_gradient, contract_kernel_gradient
 from robustep.linalg import (
     InvalidSiteConfiguration,
     blas_matmul,
@@ -119,6 +120,8 @@ class DenseSitePosterior(SitePosterior):
     InvalidSiteConfiguration
         if ``K^-1 + T`` is not positive definite.
     """
+
+    supports_site_shift = True
 
     def __init__(self, K, site_precision, site_shift, *, need_var=True):
         K = np.asarray(K, dtype=float)
@@ -271,6 +274,36 @@ class DenseSitePosterior(SitePosterior):
         n = self.K.shape[0]
         s = self._s
         return s[:, None] * self.A_inverse() * s[None, :] if n else np.zeros((0, 0))
+
+    def kernel_gradient_contraction(self, K_gradient):
+        """The prior's part of d log Z_EP / d theta, shape (p,) (Seeger 2005).
+
+        ``sum_ab M_ab dK_ab k`` with M = 1/2 (alpha alpha^T - R), R = (K + T~^-1)^-1 =
+        S A^-1 S (:meth:`R_matrix`): both terms of ``1/2 alpha^T dK_k alpha -
+        1/2 tr(R dK_k)`` in one contraction.  With every site precision >= 0, A^-1 =
+        B1^-1 comes from ``linalg.cholesky_inverse`` (two n^3/3 passes) and a dense
+        gradient is contracted as one matrix-vector product with its (n^2, p) reshape;
+        otherwise by :func:`robustep.kernels.gradient.contract_kernel_gradient`.
+
+        Parameters
+        ----------
+        K_gradient : (n, n, p) or (n, n) array of dK/dlog theta (scikit-learn's
+            ``kernel(X, eval_gradient=True)[1]``), or a lazy
+            :class:`robustep.kernels.gradient.RBFKernelGradient`.
+
+        Returns
+        -------
+        (p,) float array.
+        """
+        G = as_kernel_gradient(K_gradient)
+        if self._all_positive and isinstance(G, np.ndarray):
+            n = G.shape[0]
+            M = 0.5 * np.outer(self.alpha, self.alpha) - 0.5 * self.R_matrix()
+            return M.reshape(-1) @ G.reshape(n * n, G.shape[2])
+        M = np.multiply.outer(self.alpha, self.alpha)
+        M -= self.R_matrix().T
+        M *= 0.5
+        return contract_kernel_gradient(G, M)
 
     def A_inverse(self):
         """A^-1 for A = D + S K S, shape (n, n), from the block factorisation.

@@ -30,12 +30,21 @@ array and no second n x m array is ever formed.
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 import numpy as np
 import scipy.linalg
 from scipy.linalg import blas, lapack
 
+from robustep.kernels._rows import Scratch, row_chunks
+from robustep.kernels.inducing import (
+    cross_covariance,
+    inducing_gradient_rows,
+    rows_gradient,
+    supports_fast_rows,
+    theta_gradient_rows,
+)
 from robustep.linalg import (
     InvalidSiteConfiguration,
     blas_matmul,
@@ -44,20 +53,10 @@ from robustep.linalg import (
 )
 from robustep.posterior.base import GaussianPrior, SitePosterior
 
-# rows per chunk are chosen so that a (chunk, m) float64 temporary holds about this many
-# entries (16 MB)
-_CHUNK_ENTRIES = 1 << 21
 # the same for the passes that run several elementwise operations over each (chunk, m)
 # block (the prior's K_nm, the gradient): the temporaries of a 4 MB block fit in the
 # last-level cache (at n = 1e5, m = 512, 2^17 to 2^21 entries timed the same within noise)
 _FAST_CHUNK_ENTRIES = 1 << 19
-
-
-def row_chunks(n: int, m: int, entries: int | None = None):
-    """Slices covering range(n) in blocks of about ``entries / m`` rows (16 MB by default)."""
-    entries = _CHUNK_ENTRIES if entries is None else entries
-    step = max(1, int(entries // max(m, 1)))
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
 def _as_float_array(name, a, ndim):
@@ -237,11 +236,24 @@ class FITCPrior(GaussianPrior):
         """Row part of the evidence gradient (eq. S14, S15), summed over row chunks.
 
         Returns (d/d theta (p,), d/d Z (m, d) or None) of <W_nm, dK_nm> + <w, d diag K_nn>;
-        see :func:`robustep.posterior._kernels.gradient_block`.
+        see :func:`gradient_block`.
         """
         return gradient_rows_sum(
             X, self.V, alpha, beta, M_diag, s, Ainv, self.L_mm_inverse(), kernel, Z, wrt_Z
         )
+
+    def pseudo_point(self):
+        """The prior N(0, Q_nn) of ``h = E[f | u]`` (Bui, Yan & Turner 2017; sparse.md §8).
+
+        A shallow copy sharing ``L_mm`` and ``V`` (neither copied nor modified) with
+        ``Lambda = 0`` and the attribute ``conditional_var`` (n,) = this prior's Lambda,
+        the variances d_i of f_i | u; the prior of power EP with power α < 1 on the
+        pseudo-point posterior (:mod:`robustep.ep.sparse_power`).
+        """
+        new = copy.copy(self)
+        new.conditional_var = np.array(self.Lambda, dtype=float)
+        new.Lambda = np.zeros_like(new.conditional_var)
+        return new
 
     def dense_covariance(self):
         """The (n, n) FITC covariance Q_nn + diag(Lambda): for tests on small n only."""
@@ -290,6 +302,8 @@ class FITCSitePosterior(SitePosterior):
         if some 1 + Lambda_i tau~_i <= 0 or A is not positive definite (eq. S7): the
         posterior is improper.
     """
+
+    supports_site_shift = True
 
     def __init__(self, prior, site_precision, site_shift, *, need_var=True):
         tau = np.asarray(site_precision, dtype=float)
@@ -382,6 +396,14 @@ class FITCSitePosterior(SitePosterior):
                 "non-positive marginal posterior variance; the site configuration is invalid"
             )
         return var
+
+    def kernel_gradient_contraction(self, K_gradient):
+        """Not offered: the FITC prior's K is implied by the kernel's K_mm, K_nm and
+        diag(K_nn), whose derivatives its gradient needs instead of an (n, n) dK."""
+        raise NotImplementedError(
+            "FITCSitePosterior takes its evidence gradient from the kernel's derivatives in "
+            "K_mm, K_nm and diag(K_nn): use robustep.ep.sparse_evidence.fitc_log_Z_gradient"
+        )
 
     def covariance(self):
         raise NotImplementedError(
@@ -518,27 +540,6 @@ def quad_block(Vr, L_inv):
     return np.einsum("ij,ij->j", W, W)
 
 
-class Scratch:
-    """Reusable float64 work arrays, one per name, for loops over row chunks.
-
-    Fresh (chunk, m) temporaries in every chunk cost page faults: glibc hands freed
-    blocks of a few MB back to the kernel, and the next block page-faults its memory in
-    again on first touch (docs/derivations/sparse.md §6).  ``get(name, shape)``
-    returns a C-ordered view of a buffer kept between calls (its contents are
-    overwritten by the next call with the same name).
-    """
-
-    def __init__(self):
-        self._buffers = {}
-
-    def get(self, name, shape):
-        size = int(np.prod(shape))
-        buf = self._buffers.get(name)
-        if buf is None or buf.size < size:
-            buf = self._buffers[name] = np.empty(size)
-        return buf[:size].reshape(shape)
-
-
 def _work(scratch, name, shape):
     return np.empty(shape) if scratch is None else scratch.get(name, shape)
 
@@ -564,6 +565,27 @@ def W_nm_block(Vr, alpha_r, beta_r, M_diag_r, s, Ainv, L_inv, scratch=None):
     return blas.dtrmm(1.0, L_inv, MVt, lower=1, trans_a=1, overwrite_b=1).T
 
 
+def gradient_block(X, V, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z, scratch=None):
+    """Row part of the FITC evidence gradient for one block of rows (eqs. S14, S15).
+
+    X (k, d), V (k, m) and the site vectors (k,) of the block; s = V^T alpha (m,),
+    Ainv = A^-1 and L_inv = L_mm^-1 (m, m) are global.  Returns (<W_nm, dK_nm/d theta> +
+    <w, d diag K_nn/d theta> (p,), <W_nm, dK_nm/dZ> (m, d) or None), W_nm the block's
+    rows (:func:`W_nm_block`), w = diag(M)/2.  Kernels of ``supports_fast_rows``
+    (:mod:`robustep.kernels.inducing`) get both from one kernel evaluation
+    (``rows_gradient``).  ``scratch``: a :class:`robustep.kernels._rows.Scratch` shared by
+    the blocks of one pass.
+    """
+    W = W_nm_block(V, alpha, beta, M_diag, s, Ainv, L_inv, scratch)
+    if supports_fast_rows(kernel):
+        return rows_gradient(
+            kernel, X, Z, W, 0.5 * M_diag, wrt_theta=True, wrt_Z=wrt_Z, scratch=scratch
+        )
+    g_theta = theta_gradient_rows(kernel, X, Z, W, 0.5 * M_diag)
+    g_Z = inducing_gradient_rows(kernel, X, Z, W) if wrt_Z else None
+    return g_theta, g_Z
+
+
 def whiten_rows(K_cm, L_inv, *, overwrite=False):
     """K_cm L_mm^-T (k, m) for a block of cross-covariances K_cm (k, m), C-ordered.
 
@@ -578,10 +600,9 @@ def whiten_rows(K_cm, L_inv, *, overwrite=False):
 
 def whitened_cross_covariance(kernel, X, Z, L_inv):
     """V = K(X, Z) L_mm^-T, shape (n, m) (eq. S2), in row blocks: one kernel evaluation
-    (``_kernels.cross_covariance``) and one ``dtrmm`` per block, no (n, m) temporary
-    beyond V itself.  Shared by :meth:`FITCPrior.from_kernel` and the Dask chunk tasks."""
-    from robustep.posterior._kernels import cross_covariance
-
+    (:func:`robustep.kernels.inducing.cross_covariance`) and one ``dtrmm`` per block, no
+    (n, m) temporary beyond V itself.  Shared by :meth:`FITCPrior.from_kernel` and the Dask
+    chunk tasks."""
     n, m = X.shape[0], Z.shape[0]
     V = np.empty((n, m))
     scratch = Scratch()
@@ -592,12 +613,10 @@ def whitened_cross_covariance(kernel, X, Z, L_inv):
 
 def gradient_rows_sum(X, V, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z):
     """Row part of the evidence gradient (eqs. S14, S15) over the rows of X (n, d) and
-    V (n, m), summed over row blocks of ``_kernels.gradient_block`` that share one
+    V (n, m), summed over row blocks of :func:`gradient_block` that share one
     :class:`Scratch`: (d/d theta (p,), d/d Z (m, d) or None).  Shared by
     :meth:`FITCPrior.gradient_rows` and the Dask chunk tasks (one scratch per task:
     tasks may run in parallel threads)."""
-    from robustep.posterior._kernels import gradient_block
-
     g_theta, g_Z = 0.0, (np.zeros(Z.shape) if wrt_Z else None)
     scratch = Scratch()
     for rows in row_chunks(*V.shape, _FAST_CHUNK_ENTRIES):

@@ -42,8 +42,8 @@ from sklearn.gaussian_process.kernels import (
     WhiteKernel,
 )
 
+from robustep.kernels._rows import row_chunks
 from robustep.linalg import blas_matmul
-from robustep.posterior.sparse import row_chunks  # sparse imports this module lazily only
 
 #: kernels whose derivative with respect to the inducing inputs is analytic
 ANALYTIC_INPUT_GRADIENT = (
@@ -122,28 +122,6 @@ def inducing_gradient_rows(kernel, X, Z, W_nm):
     return _contract_second_argument(kernel, X, Z, W_nm)
 
 
-def gradient_block(X, V, alpha, beta, M_diag, s, Ainv, L_inv, kernel, Z, wrt_Z, scratch=None):
-    """Row part of the FITC evidence gradient for one block of rows (eqs. S14, S15).
-
-    X (k, d), V (k, m) and the site vectors (k,) of the block; s = V^T alpha (m,),
-    Ainv = A^-1 and L_inv = L_mm^-1 (m, m) are global.  Returns (<W_nm, dK_nm/d theta> +
-    <w, d diag K_nn/d theta> (p,), <W_nm, dK_nm/dZ> (m, d) or None), W_nm the block's
-    rows (``sparse.W_nm_block``), w = diag(M)/2.  Kernels of :func:`supports_fast_rows`
-    get both from one kernel evaluation (:func:`rows_gradient`).  ``scratch``: a
-    :class:`robustep.posterior.sparse.Scratch` shared by the blocks of one pass.
-    """
-    from robustep.posterior.sparse import W_nm_block
-
-    W = W_nm_block(V, alpha, beta, M_diag, s, Ainv, L_inv, scratch)
-    if supports_fast_rows(kernel):
-        return rows_gradient(
-            kernel, X, Z, W, 0.5 * M_diag, wrt_theta=True, wrt_Z=wrt_Z, scratch=scratch
-        )
-    g_theta = theta_gradient_rows(kernel, X, Z, W, 0.5 * M_diag)
-    g_Z = inducing_gradient_rows(kernel, X, Z, W) if wrt_Z else None
-    return g_theta, g_Z
-
-
 # ------------------------------------------------------------------ fast path (radial kernels)
 _FAST_BASE = (RBF, Matern, RationalQuadratic, ConstantKernel, WhiteKernel)
 
@@ -167,7 +145,7 @@ def cross_covariance(kernel, X, Z, scratch=None):
     """k(X, Z), shape (k, m), C-ordered float64: by :func:`_value` for the kernels of
     :func:`supports_fast_rows` (the same distances and formulas as scikit-learn, up to
     rounding, without its intermediate (k, m) arrays), otherwise ``kernel(X, Z)``.
-    With a ``scratch`` (:class:`robustep.posterior.sparse.Scratch`) the result may be
+    With a ``scratch`` (:class:`robustep.kernels._rows.Scratch`) the result may be
     one of its buffers."""
     if not supports_fast_rows(kernel):
         return np.ascontiguousarray(kernel(X, Z), dtype=float)
@@ -186,7 +164,7 @@ def rows_gradient(kernel, X, Z, W, w_diag, *, wrt_theta=True, wrt_Z=True, scratc
     stationary: d k(x, x) / d theta is the same at every x and is taken from scikit-learn
     at one point.  Cost: one distance computation (k m d) and a few elementwise passes
     over (k, m) per radial factor, and one (m, k) x (k, d) product per radial factor.
-    ``scratch``: a :class:`robustep.posterior.sparse.Scratch` for the (k, m) temporaries.
+    ``scratch``: a :class:`robustep.kernels._rows.Scratch` for the (k, m) temporaries.
     """
     blk = _Block(X, Z, scratch)
     theta, g_Z = _contract(kernel, blk, W, wrt_theta, wrt_Z)
