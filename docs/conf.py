@@ -67,7 +67,6 @@ suppress_warnings = ["myst.header"]
 # --- API reference ------------------------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = False
-autodoc_default_options = {"members": False}
 autodoc_typehints = "none"
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
@@ -107,3 +106,23 @@ html_theme_options = {
 }
 html_static_path: list[str] = []
 html_show_sourcelink = False
+
+
+# Members left out of the API pages:
+# - scikit-learn's generated set_{fit,score,...}_request methods (metadata routing), whose
+#   docstrings refer to scikit-learn's own glossary;
+# - StudentT.tilted_log_Z_gradient, whose docstring has an indented formula that is not
+#   valid RST yet (src/robustep/likelihoods/student_t.py).
+_SKIPPED_MEMBERS = {"StudentT.tilted_log_Z_gradient"}
+
+
+def _skip_member(app, what, name, obj, skip, options):
+    if name.startswith("set_") and name.endswith("_request"):
+        return True
+    if getattr(obj, "__qualname__", None) in _SKIPPED_MEMBERS:
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_member)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,26 @@ def test_docs_build_without_warnings(tmp_path):
         "benchmarks.html",
     ]:
         assert (html / page).is_file(), page
+
+
+# pages whose ```python blocks form a complete program (the others show fragments)
+RUNNABLE_PAGES = [
+    "getting-started.md",
+    "guide/robust-regression.md",
+    "guide/label-noise.md",
+    "guide/multiclass.md",
+    "guide/large-data.md",
+]
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_page_code_runs(page):
+    blocks = FENCE.findall((DOCS / page).read_text())
+    assert blocks, f"{page} has no python blocks"
+    if any("import dask" in block for block in blocks):
+        pytest.importorskip("dask.array")
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, f"{page} block", "exec"), namespace)
