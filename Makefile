@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 OUT    ?= report
 # On the developers' and CI machines the benchmark data sit beside the checkout.
 export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
@@ -15,7 +16,7 @@ JOBS   ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || 
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test test-all lint format bench clean
+.PHONY: install demo test test-all lint format bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +43,17 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks examples
 	$(BIN)/ruff check --fix src tests benchmarks examples
 
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# The documentation site into docs/_build/html (warnings are errors; runs examples/).
+docs: $(DOCS_STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m sphinx -b html -W --keep-going docs docs/_build/html
+
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f; done
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) $(OUT) .pytest_cache build src/*.egg-info \
+		docs/_build docs/auto_examples docs/api/generated docs/sg_execution_times.rst

@@ -1,4 +1,5 @@
 """Label-noise classification: a noisy step likelihood against the probit, with 15% flipped labels.
+================================================================================================
 
 The probit likelihood explains each flipped label by moving the latent function; the
 robust step likelihood p(y | f) = eps + (1 - 2 eps) step(y f) attributes them to label

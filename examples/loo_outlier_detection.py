@@ -1,7 +1,8 @@
 """Leave-one-out outlier detection from EP's cavities, without refitting.
+======================================================================
 
 A Student-t GP regression on data with a few gross outliers. EP's cavity distributions
-give every point's leave-one-out predictive density p(y_i | y_-i) at no extra cost;
+give every point's leave-one-out predictive density ``p(y_i | y_-i)`` at no extra cost;
 ``outlier_scores_`` (a standardised LOO residual) flags the outliers, and
 ``robustep.diagnostics.plot_loo`` draws the LOO predictive against the observations.
 """

@@ -1,4 +1,5 @@
 """Marginals of an Ising model: BP, damped BP and relaxed BP against the exact marginals.
+======================================================================================
 
 A 6 x 6 grid with random fields and couplings of growing strength. For each strength,
 the mean total-variation error of the node marginals against the junction tree's exact

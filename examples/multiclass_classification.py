@@ -1,4 +1,5 @@
 """Multi-class GP classification: nested EP (multinomial probit) against one-vs-rest.
+==================================================================================
 
 Three classes of the wine data (two standardised principal components so that the
 decision regions can be drawn). ``GPClassifier`` fits the multinomial probit model with

@@ -1,4 +1,5 @@
 """Robust regression: a Student-t GP (EP) against a Gaussian GP on data with outliers.
+===================================================================================
 
 Ten percent of the targets are gross outliers. The Gaussian GP (scikit-learn's
 GaussianProcessRegressor with a WhiteKernel) bends towards them; the Student-t GP fitted

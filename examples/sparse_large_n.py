@@ -1,4 +1,5 @@
 """Sparse (inducing-point) EP on 10^5 points: label-noise classification at scale.
+===============================================================================
 
 ``GPClassifier(inducing_points=m)`` fits the FITC sparse GP with robust EP in O(n m^2)
 per sweep and never forms an n x n matrix. Here 10^5 training points with 10% flipped

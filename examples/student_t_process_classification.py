@@ -1,4 +1,5 @@
 """Heavy-tailed classification: the Student-t process classifier against the GP classifier.
+========================================================================================
 
 A cluster of training points of one class sits deep inside the other class. The
 Student-t process (t-EP, Ding et al. 2011) can widen its posterior where the data

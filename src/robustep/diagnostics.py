@@ -77,6 +77,8 @@ LOO_ATTRIBUTES = (
 class LOOResult:
     """LOO quantities per training point, all shape (n,).
 
+    Attributes
+    ----------
     log_predictive : log p(y_i | y_-i) by (L1).
     cavity_mean, cavity_var : the LOO cavity (L2) of f_i (or the eta-cavity where
         ``fallback``).

@@ -38,6 +38,8 @@ SCHEDULES = ("parallel", "sequential", "residual")
 class BPResult:
     """Outcome of :func:`belief_propagation`.
 
+    Attributes
+    ----------
     marginals : (n, K) single-node beliefs q_i (rows sum to 1; padded states are 0).
     edge_beliefs : (m, K, K) pairwise beliefs b_ij(x_i, x_j) ∝ ψ_ij q_{i\\ij} q_{j\\ij}.
     log_Z : Bethe approximation of log Z evaluated at (marginals, edge_beliefs).
