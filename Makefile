@@ -21,7 +21,7 @@ export OMP_NUM_THREADS ?= 1
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test,dev]"
+	$(BIN)/python -m pip install -q -e ".[test,dev,experiments]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="robustep",
         description="Robust Expectation Propagation: reproduce the papers' experiments.",
     )
+    from robustep import __version__
+
+    parser.add_argument("--version", action="version", version=f"robustep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     sub.required = True
     sub.add_parser("list", help="list the registered experiments (name, source, claim)")
@@ -185,6 +188,15 @@ def _parse_overrides(items: Sequence[str]) -> dict:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from robustep._optional import has_module
+
+    if not has_module("matplotlib"):  # the reports' figures
+        print(
+            "robustep reproduce: error: the reproductions draw figures with matplotlib, which "
+            "is not installed: pip install 'robustep[experiments]'",
+            file=sys.stderr,
+        )
+        return 2
     from robustep.experiments.report import STATUS_FAILED
     from robustep.experiments.runner import UnknownExperimentError, reproduce
 

@@ -506,8 +506,9 @@ def plot_loo(estimator, ax=None, threshold=None):
     Returns the matplotlib Axes.
     """
     if ax is None:
-        import matplotlib.pyplot as plt
+        from robustep._optional import require
 
+        plt = require("matplotlib.pyplot", "plot_loo")
         _, ax = plt.subplots(figsize=(5.0, 4.0))
     if getattr(estimator, "loo_log_predictive_", None) is None:
         raise AttributeError(
