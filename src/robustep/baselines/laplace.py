@@ -29,12 +29,12 @@ indefinite W, see docs/derivations/laplace.md) use
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.kernels.gradient import (
     as_kernel_gradient,
     contract_kernel_gradient,
@@ -199,11 +199,10 @@ def laplace_approximation(
         log_ml = -np.inf
         converged = False
     if not converged:
-        warnings.warn(
+        warn(
             f"Laplace mode search did not converge in {n_iter} iterations; "
             "increase max_iter or check the hyperparameters",
             ConvergenceWarning,
-            stacklevel=2,
         )
     alpha = linalg.solve_triangular(L.T, u, lower=False, check_finite=False)
     V = linalg.solve_triangular(C, L.T, lower=True, check_finite=False)

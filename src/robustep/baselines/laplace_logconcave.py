@@ -30,13 +30,13 @@ the mode as in docs/derivations/laplace.md):
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.baselines.laplace import LaplaceModeMixin, check_prior_and_targets
 from robustep.linalg import blas_matmul, cholesky_inverse, identity_plus_scaled
 
@@ -166,11 +166,10 @@ def _newton(K, y, likelihood, a, f, max_iter, tol):
         logp, d1, d2, d3 = logp_t, d1_t, d2_t, d3_t
     log_ml = psi - float(np.sum(np.log(np.diag(L))))
     if not converged:
-        warnings.warn(
+        warn(
             f"Laplace mode search did not converge in {n_iter} iterations; "
             "increase max_iter or check the hyperparameters",
             ConvergenceWarning,
-            stacklevel=3,
         )
     Binv = cholesky_inverse(L)  # B^-1 from the Cholesky factor (two n^3/3 passes)
     R = sW[:, None] * Binv * sW[None, :]

@@ -41,6 +41,7 @@ from scipy import linalg, optimize
 from scipy.special import digamma, gammaln
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.baselines import _student_t as st
 from robustep.kernels.gradient import KernelWithGradient, contract_kernel_gradient
 from robustep.likelihoods import StudentT
@@ -185,10 +186,9 @@ def variational_bounds(
             converged = True
             break
     if not converged:
-        warnings.warn(
+        warn(
             f"VB fixed point did not converge in {max_iter} iterations",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return VBResult(gamma, gp.mean, gp.var, bound, converged, n_iter, gp)
 
@@ -278,10 +278,9 @@ def factorized_vb(
             converged = True
             break
     if not converged:
-        warnings.warn(
+        warn(
             f"fVB E-step did not converge in {max_iter} iterations",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return FVBResult(a, b, gp.mean, gp.var, elbo, converged, n_iter, gp)
 

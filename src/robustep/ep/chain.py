@@ -42,6 +42,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
 from robustep.ep.subset_start import resolve_subset_start
@@ -229,13 +230,12 @@ def warn_if_not_converged(estimator, result, what, stacklevel=3):
     if estimator.converged_:
         return
     if estimator.method == "auto":
-        warnings.warn(result.message, ConvergenceWarning, stacklevel=stacklevel)
+        warn(result.message, ConvergenceWarning)
         return
     others = [f"method={m!r}" for m in ("damped", "power") if m != estimator.method]
-    warnings.warn(
+    warn(
         f"{what} inference did not converge ({estimator.n_iter_} iterations, "
         f"max_iter={estimator.max_iter}, tol={estimator.tol}); the last finite state is "
         f"kept. Try {', '.join(others)}, a larger max_iter or a larger tol.",
         ConvergenceWarning,
-        stacklevel=stacklevel,
     )

@@ -27,12 +27,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep._config import get_config
+from robustep._warnings import warn
 from robustep.ep.evidence import ep_objective
 from robustep.ep.state import EPResult
 from robustep.ep.subset_start import resolve_subset_start
@@ -863,7 +863,7 @@ def expectation_propagation(
         ev = _evaluate(ctx, precision, shift)
     except InvalidSiteConfiguration:
         if not subset:  # the subset start is a heuristic: fall back quietly
-            warnings.warn("init gives an invalid posterior; starting from the prior", stacklevel=2)
+            warn("init gives an invalid posterior; starting from the prior")
         ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
     ctx.last, ctx.max_factorisations = ev, budget
     try:
@@ -940,7 +940,7 @@ def _finish(ctx, ev, status):
                 "until every cavity is proper"
             )
         if not ctx.stopped_by_callback:
-            warnings.warn(message, ConvergenceWarning, stacklevel=3)
+            warn(message, ConvergenceWarning)
     log_Z = float(ev.objective)
     if not np.isfinite(log_Z):
         message += "; log_Z is undefined (NaN) because some cavities are invalid"

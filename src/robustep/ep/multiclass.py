@@ -28,13 +28,13 @@ solves with L_C: O(c n^3); memory O(c n^2).  Derivation: docs/derivations/multic
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn as warn_user
 from robustep.likelihoods.multinomial_probit import (
     _check_labels,
     _inner_posterior,
@@ -395,12 +395,11 @@ def nested_ep(
         converged = False
         log_Z = -np.inf
     if not converged and warn:
-        warnings.warn(
+        warn_user(
             f"nested EP did not converge in {n_iter} iterations (max_iter={max_iter}, "
             f"tol={tol}, damping={damping}); the last finite state is kept. Increase "
             "max_iter or damping.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return MulticlassEPResult(
         alpha=alpha,

@@ -37,13 +37,13 @@ Derivation: docs/derivations/multiclass.md §9 ("Label-noise multinomial probit"
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 from scipy import linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn as warn_user
 from robustep.ep.multiclass import (
     _cavities,
     _check_loop_options,
@@ -353,9 +353,7 @@ def robust_nested_ep(
         if init is None:  # pragma: no cover - the prior is always valid
             raise InvalidSiteConfiguration("the prior gives no valid posterior")
         if warn:  # the estimator's warm starts (warn=False) restart silently
-            warnings.warn(
-                "init gives an invalid posterior; starting from the prior", RuntimeWarning, 2
-            )
+            warn_user("init gives an invalid posterior; starting from the prior", RuntimeWarning)
         state = [np.zeros(s) for s in shapes]
         current = evaluate(state)[0]
     history = {"max_change": [], "step": []}
@@ -401,12 +399,11 @@ def robust_nested_ep(
     if not np.isfinite(log_Z):
         converged = False
     if not converged and warn:
-        warnings.warn(
+        warn_user(
             f"robust nested EP (label_noise={lik.label_noise}) did not converge in {n_iter} "
             f"iterations (max_iter={max_iter}, tol={tol}, damping={damping}); the last valid "
             "state is kept. Increase max_iter or damping.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return RobustMulticlassEPResult(
         alpha=alpha,

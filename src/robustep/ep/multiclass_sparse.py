@@ -27,13 +27,13 @@ inverse of A); memory O(n c m) (the V_j) plus (chunk, c, c m) temporaries: no n 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 import scipy.linalg
 from scipy.linalg import lapack
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn as warn_user
 from robustep.ep.multiclass import (
     _cavities,
     _check_loop_options,
@@ -345,12 +345,11 @@ def sparse_nested_ep(
         converged = False
         log_Z = -np.inf
     if not converged and warn:
-        warnings.warn(
+        warn_user(
             f"sparse nested EP did not converge in {n_iter} iterations (max_iter={max_iter}, "
             f"tol={tol}, damping={damping}); the last finite state is kept. Increase "
             "max_iter or damping.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return SparseMulticlassEPResult(
         alpha=alpha,

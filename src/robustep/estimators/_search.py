@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.estimators._optimizer import minimise
 
 __all__ = [
@@ -147,10 +147,9 @@ def warn_if_stuck(search, advice, stacklevel=3):
     """
     reason = None if search is None else search.stuck_reason()
     if reason is not None:
-        warnings.warn(
+        warn(
             f"{reason}; {advice} (optimizer_result_ has the details)",
             ConvergenceWarning,
-            stacklevel=stacklevel,
         )
 
 

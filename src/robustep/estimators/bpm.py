@@ -7,7 +7,6 @@ derivation is in docs/derivations/tep.md).
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -17,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import binary_labels, validate_data
+from robustep._warnings import warn
 from robustep.tep.ep import linear_log_marginal_likelihood, linear_posterior, linear_tep
 from robustep.tep.likelihood import _t_cdf
 
@@ -145,11 +145,10 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
         self.converged_ = bool(info.converged)
         self.n_iter_ = int(info.n_iter)
         if not self.converged_:
-            warnings.warn(
+            warn(
                 f"t-EP did not converge in {self.n_iter_} sweeps (last max site change "
                 f"{info.max_diff:.3g} > tol={self.tol}); increase max_iter or label_noise.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
         self.posterior_mean_ = mu
         self.posterior_scale_ = sigma

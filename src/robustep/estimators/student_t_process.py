@@ -8,7 +8,6 @@ docs/derivations/tep.md §6 (hyperparameter gradients: §8).
 from __future__ import annotations
 
 import numbers
-import warnings
 from functools import partial
 
 import numpy as np
@@ -21,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data
+from robustep._warnings import warn
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
@@ -331,20 +331,18 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         self.converged_ = bool(info.converged) and not self.optimizer_stuck_
         self.n_iter_ = int(info.n_iter)
         if not info.converged:
-            warnings.warn(
+            warn(
                 f"t-EP did not converge in {self.n_iter_} iterations (last max site change "
                 f"{info.max_diff:.3g} > tol={self.tol}); increase max_iter or damping.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
         elif self.optimizer_stuck_:
-            warnings.warn(
+            warn(
                 "the evidence optimiser could not move from its starting hyperparameters: "
                 f"inner EP did not converge at {self.n_rejected_evaluations_} of the points it "
                 "tried, so the start is not shown to be an optimum; try damping closer to 1, "
                 "a different starting kernel or n_restarts_optimizer > 0.",
                 ConvergenceWarning,
-                stacklevel=2,
             )
         with np.errstate(all="ignore"):
             self.log_marginal_likelihood_value_ = float(

@@ -22,12 +22,12 @@ The parallel schedule is vectorised over all edges (no Python loop per message).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._warnings import warn
 from robustep.mrf.model import PAD, PairwiseMRF
 
 METHODS = ("bp", "damped", "fractional", "relaxed")
@@ -608,13 +608,12 @@ def belief_propagation(
             frozen_at = int(freeze_after)
     if not converged:
         last = history[-1] if history else float("nan")
-        warnings.warn(
+        warn(
             f"belief propagation (method={method!r}, schedule={schedule!r}) did not converge "
             f"in {n_iter} sweeps (last largest message change {last:.3g}, tol {tol:g}); "
             "results are the last finite messages. Try damping, a smaller power, RBP or a "
             "larger max_iter.",
             ConvergenceWarning,
-            stacklevel=2,
         )
     return eng.result(converged, n_iter, history, schedule, history_l2, frozen_at)
 
