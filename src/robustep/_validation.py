@@ -78,6 +78,13 @@ def _advised(exc: ValueError) -> ValueError | None:
     if type(exc) is not ValueError:  # keep subclasses (NotFittedError, ...) untouched
         return None
     msg = str(exc)
+    if msg.startswith("Expected 2D array, got 1D array instead"):
+        # scikit-learn's message prints the whole array; say what to do in one line
+        return ValueError(
+            "Expected a 2-D array X of shape (n_samples, n_features), got a 1-D array: use "
+            "X.reshape(-1, 1) if it holds a single feature, or X.reshape(1, -1) if it is a "
+            "single sample."
+        )
     for pattern, advice in _ADVICE:
         if re.search(pattern, msg) and advice not in msg:
             msg = msg.rstrip()
