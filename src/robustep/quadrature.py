@@ -42,6 +42,9 @@ __all__ = [
 ]
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+# adaptive Gauss–Hermite: a proxy centre c cavity sds from the cavity mean with c^2 above this
+# (its log-density rounding error ~1e-16 c^2 beyond ~1e-10) takes the constant -c^2 / 2 out
+_FAR_PROXY_SQ = 1e6
 # log_switch_likelihood_moments, wide cavities: 16-node Gauss–Legendre panels in asinh(g)
 # over the cavity window ...
 _PANELS = 16
@@ -199,15 +202,23 @@ def log_adaptive_gauss_hermite_moments(log_f, mean, var, centre, scale, n_points
     f = centre[:, None] + scale[:, None] * x[None, :]
     # log [N(f|mean,var) / N(f|centre,scale^2)]
     #     = -(f-mean)^2/(2 var) - log sqrt(var) + x^2/2 + log scale
-    dm = (centre - mean)[:, None] + scale[:, None] * x[None, :]  # f - mean, no cancellation
-    log_ratio = (
-        -0.5 * dm * dm / var[:, None]
-        + 0.5 * x[None, :] ** 2
-        + (np.log(scale) - 0.5 * np.log(var))[:, None]
-    )
+    c = centre - mean
+    dm = c[:, None] + scale[:, None] * x[None, :]  # f - mean, no cancellation
+    gauss = -0.5 * dm * dm / var[:, None]
+    # proxy many cavity sds from the cavity: (f - mean)^2 / (2 var) is huge and its rounding
+    # (~1e-16 of it) would perturb the relative node weights; there use
+    # (c + s x)^2 = c^2 + s x (2 c + s x) and add the constant -c^2 / (2 var) to log Z after
+    offset = np.zeros_like(c)
+    far = c * c / var > _FAR_PROXY_SQ
+    if np.any(far):
+        i = far
+        sx = scale[i][:, None] * x[None, :]
+        gauss[i] = -0.5 * sx * (2.0 * c[i][:, None] + sx) / var[i][:, None]
+        offset[i] = -0.5 * c[i] * c[i] / var[i]
+    log_ratio = gauss + 0.5 * x[None, :] ** 2 + (np.log(scale) - 0.5 * np.log(var))[:, None]
     log_w = log_f(f) + log_ratio + logw[None, :]
     log_Z, mu, s2 = log_moments_from_nodes(log_w, np.broadcast_to(x, f.shape))
-    return log_Z, centre + scale * mu, s2 * scale * scale
+    return log_Z + offset, centre + scale * mu, s2 * scale * scale
 
 
 def log_concave_tilted_mode(dlog_f, d2log_f, mean, var, lower, upper, n_iter=60):
@@ -345,7 +356,7 @@ def log_switch_likelihood_moments(
     log_p, dlog_p, d2log_p : callables of g (any shape): log p(g) and its derivatives.
     y, mean, var : (n,) labels, cavity mean and variance.  power : scalar in (0, 1].
     left_range : scalar, p(g)^power < e^-45 for g < -left_range.
-    log_p_difference : callable (g, g0) -> log p(g) - log p(g0) (shapes broadcast), optional.
+    log_p_difference : callable (g0, d) -> log p(g0 + d) - log p(g0) (shapes broadcast), optional.
         Where ``power |log p(mode)|`` exceeds 1e6 (e.g. the probit at g < -1400, where
         log p(g) ~ -g^2/2 carries an absolute rounding error ~ 1e-16 |log p|, enough to
         perturb the relative node weights of a narrow tilted density), the integrand is
@@ -377,23 +388,29 @@ def log_switch_likelihood_moments(
     else:
         anchored = eta * np.abs(log_p_mode) > _ANCHOR_LOG_P
 
-    def integrand(i):
-        """eta log p(g) on the nodes (rows: sites i), relative to eta log p(mode) where anchored."""
+    def integrand(i, offsets=None):
+        """eta log p on the nodes g (rows: sites i), relative to eta log p(mode) where anchored.
+
+        ``offsets``: the exact node offsets g - mode (k, K) where the rule defines its nodes
+        that way; recomputing them from the rounded g would cost ~1e-16 |mode| each.
+        """
         use = anchored[i]
         a = mode[i][use][:, None]
 
         def lf(g):
             out = eta * log_p(g)
             if np.any(use):
-                out[use] = eta * log_p_difference(g[use], a)
+                d = g[use] - a if offsets is None else offsets[use]
+                out[use] = eta * log_p_difference(a, d)
             return out
 
         return lf
 
     if np.any(narrow):
         i = narrow
+        x_gh, _ = gauss_hermite(get_config().quadrature_points)
         log_Z[i], mu[i], s2[i] = log_adaptive_gauss_hermite_moments(
-            integrand(i), mg[i], var[i], mode[i], sd_mode[i]
+            integrand(i, sd_mode[i][:, None] * x_gh[None, :]), mg[i], var[i], mode[i], sd_mode[i]
         )
     sd = np.sqrt(var)
     # the asinh rule over the cavity window: [m' - 10 sd, m' + 10 sd] widened to the mode

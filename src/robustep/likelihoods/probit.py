@@ -59,18 +59,21 @@ def log_ndtr_ratio(z):
     return log_cdf, r, delta
 
 
-def log_ndtr_difference(z, z0):
-    """``log Phi(z) - log Phi(z0)`` without the rounding of two huge logarithms.
+def log_ndtr_difference(z0, d):
+    """``log Phi(z0 + d) - log Phi(z0)`` without the rounding of two huge logarithms.
 
-    For z, z0 < 0, ``log Phi(z) = -z^2 / 2 + log(erfcx(-z / sqrt 2) / 2)``: the quadratic
-    parts are differenced as ``-(z - z0)(z + z0) / 2`` and the erfcx parts are O(log|z|).
-    Otherwise ``log_ndtr(z) - log_ndtr(z0)``.  Shapes broadcast.
+    For z = z0 + d < 0 and z0 < 0, ``log Phi(z) = -z^2 / 2 + log(erfcx(-z / sqrt 2) / 2)``:
+    the quadratic parts are differenced as ``-d (2 z0 + d) / 2`` from the exact offset d
+    and the erfcx parts are O(log|z|).  Otherwise ``log_ndtr(z0 + d) - log_ndtr(z0)``.
+    Shapes broadcast.
     """
-    z, z0 = np.broadcast_arrays(np.asarray(z, dtype=float), np.asarray(z0, dtype=float))
+    z0, d = np.broadcast_arrays(np.asarray(z0, dtype=float), np.asarray(d, dtype=float))
+    z = z0 + d
     both = (z < 0) & (z0 < 0)
-    zn = np.where(both, z, -1.0)
     z0n = np.where(both, z0, -1.0)
-    tail = -0.5 * (zn - z0n) * (zn + z0n) + np.log(erfcx(-zn / _SQRT2) / erfcx(-z0n / _SQRT2))
+    dn = np.where(both, d, 0.0)
+    zn = z0n + dn
+    tail = -0.5 * dn * (2.0 * z0n + dn) + np.log(erfcx(-zn / _SQRT2) / erfcx(-z0n / _SQRT2))
     return np.where(both, tail, log_ndtr(z) - log_ndtr(z0))
 
 
