@@ -236,6 +236,25 @@ def test_classification_quadrature_against_reference(name, eta):
     assert max(e.max() for e in errs) < 1e-8
 
 
+@pytest.mark.parametrize("eta", [1e-3, 0.5, 1.0])
+@pytest.mark.parametrize("name", ["probit", "logistic"])
+def test_classification_quadrature_far_wide_cavities(name, eta):
+    # wide cavities far from the switch: on the wrong side (mass piled against the switch,
+    # or a bump a few of its widths from it) and far on the label's side (a bump narrow
+    # against its distance from the switch)
+    lik, log_lik = (Probit(), _log_probit) if name == "probit" else (Logistic(), _log_logistic)
+    v = 10.0 ** np.array([4.0, 5.0, 6.0, 6.0, 8.0, 8.0, 10.0, 10.0, 12.0])
+    c = np.array([-10.0, -30.0, -10.0, -100.0, -10.0, 5.0, 3.0, 7.0, 3.0])  # m in cavity sds
+    m = c * np.sqrt(v)
+    y = np.ones_like(v)
+    refs = [
+        reference_tilted(log_lik(1.0, eta), mm, vv, scales=(1.0,), centres=(0.0,), extend=True)
+        for mm, vv in zip(m, v, strict=True)
+    ]
+    errs = errors(lik, y, m, v, eta, refs)
+    assert max(e.max() for e in errs) < TOL, [e.max() for e in errs]
+
+
 def test_probit_closed_form_extreme_cavities():
     # closed form at power 1 over the whole range, incl. z << 0 (log_ndtr, continued fraction)
     rng = np.random.default_rng(7)
@@ -269,3 +288,58 @@ def test_noisy_step_closed_form_against_reference(eps, eta):
     refs = [ref(*args) for args in zip(y, m, v, strict=True)]
     errs = errors(lik, y, m, v, eta, refs)
     assert max(e.max() for e in errs) < 1e-8
+
+
+def test_log_ndtr_difference_far_tail():
+    from robustep.likelihoods.probit import log_ndtr_difference
+
+    # moderate arguments: the plain difference is exact enough
+    z0 = np.array([-30.0, -3.0, 0.5, 4.0])
+    d = np.array([0.7, -1.1, -2.0, 0.3])
+    expect = special.log_ndtr(z0 + d) - special.log_ndtr(z0)
+    assert np.max(np.abs(log_ndtr_difference(z0, d) - expect)) < 1e-12
+    # z0 = -1e6: log Phi ~ -5e11 is rounded to ~6e-5; the difference must keep ~1e-12.
+    # Asymptotic series log Phi(z) = -z^2/2 - log(-z) - log sqrt(2 pi) + O(z^-2), z^-2 = 1e-12
+    z0 = -1e6
+    d = np.array([-3e-5, 1e-6, 2e-3, 0.5])
+    z = z0 + d  # rounded to ~1e-10: a difference of log Phi at z0 + d and z0 loses d's digits
+    expect = -0.5 * d * (2.0 * z0 + d) - np.log1p(d / z0)
+    got = log_ndtr_difference(z0, d)
+    assert np.max(np.abs(got - expect)) < 1e-11
+    assert np.max(np.abs((special.log_ndtr(z) - special.log_ndtr(z0)) - expect)) > 1e-6
+
+
+def test_log_concave_level_interval():
+    from robustep.quadrature import log_concave_level_interval
+
+    # psi(g) = -(g - m)^2 / (2 v) - g^4 / 4: strongly concave with psi'' <= -1 / v, mode by Newton
+    m = np.array([3.0, -40.0, 0.0])
+    v = np.array([2.0, 1e4, 0.5])
+    depth = 45.0
+
+    def psi(g, mm, vv):
+        return -0.5 * (g - mm) ** 2 / vv - 0.25 * g**4
+
+    modes = np.array([
+        optimize.brentq(lambda g, mm=mm, vv=vv: -(g - mm) / vv - g**3, -100.0, 100.0)
+        for mm, vv in zip(m, v, strict=True)
+    ])  # fmt: skip
+    lo, hi = log_concave_level_interval(
+        lambda g, g0: psi(g, m, v) - psi(g0, m, v),
+        lambda g: -(g - m) / v - g**3,
+        modes,
+        v,
+        depth,
+    )
+    for k in range(3):
+        args = (m[k], v[k], psi(modes[k], m[k], v[k]) - depth)
+
+        def h(g, mm, vv, target):
+            return psi(g, mm, vv) - target
+
+        r_lo = optimize.brentq(h, modes[k] - 100.0, modes[k], args=args, xtol=1e-14)
+        r_hi = optimize.brentq(h, modes[k], modes[k] + 100.0, args=args, xtol=1e-14)
+        # from outside (up to rounding), to a relative 1e-6 of the distance to the mode
+        slack = 1e-10 * (r_hi - r_lo)
+        assert r_lo - 1e-5 * (modes[k] - r_lo) <= lo[k] <= r_lo + slack
+        assert r_hi - slack <= hi[k] <= r_hi + 1e-5 * (r_hi - modes[k])

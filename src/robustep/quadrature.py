@@ -17,6 +17,10 @@ Rules
 * :func:`log_gauss_hermite_moments` -- ``log int exp(log_f(f)) N(f | m, v) df`` and the
   tilted mean/variance for smooth log-likelihoods (the default fallback of the
   classification likelihoods at power != 1).
+* :func:`log_switch_likelihood_moments` -- probit (power < 1) and logistic tilted moments:
+  adaptive Gauss–Hermite for narrow cavities, Gauss–Legendre in asinh(g) for wide ones
+  (over the tilted density's level interval, :func:`log_concave_level_interval`, when the
+  cavity is far from the switch).
 * :func:`log_moments_from_nodes` -- the common core: given log-weights and node
   positions of shape (n, K), return (log Z, mean, var).
 """
@@ -38,6 +42,25 @@ __all__ = [
 ]
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+# adaptive Gauss–Hermite: a proxy centre c cavity sds from the cavity mean with c^2 above this
+# (its log-density rounding error ~1e-16 c^2 beyond ~1e-10) takes the constant -c^2 / 2 out
+_FAR_PROXY_SQ = 1e6
+# log_switch_likelihood_moments, wide cavities: 16-node Gauss–Legendre panels in asinh(g)
+# over the cavity window ...
+_PANELS = 16
+# ... unless the cavity mean lies more than this many sds on the wrong side of the switch,
+# or a panel is wider than this many times the cavity's +- 1 sd in asinh(g) ...
+_FAR_CAVITY_SDS = 6.0
+_MAX_PANEL_PER_BULK = 1.5
+# ... then over the interval where the tilted log-density is within this depth of its mode
+# (tail mass < e^-45 of the total) ...
+_LEVEL_DEPTH = 45.0
+# ... with this many panels: the interval can reach from the switch to a bump ~10 of its
+# own widths away, which is narrow in asinh(g)
+_FAR_PANELS = 32
+# switch likelihoods: integrate log p relative to its value at the tilted mode where
+# power |log p(mode)| exceeds this (its rounding error, ~1e-16 of it, stays below 1e-10)
+_ANCHOR_LOG_P = 1e6
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,15 +202,23 @@ def log_adaptive_gauss_hermite_moments(log_f, mean, var, centre, scale, n_points
     f = centre[:, None] + scale[:, None] * x[None, :]
     # log [N(f|mean,var) / N(f|centre,scale^2)]
     #     = -(f-mean)^2/(2 var) - log sqrt(var) + x^2/2 + log scale
-    dm = (centre - mean)[:, None] + scale[:, None] * x[None, :]  # f - mean, no cancellation
-    log_ratio = (
-        -0.5 * dm * dm / var[:, None]
-        + 0.5 * x[None, :] ** 2
-        + (np.log(scale) - 0.5 * np.log(var))[:, None]
-    )
+    c = centre - mean
+    dm = c[:, None] + scale[:, None] * x[None, :]  # f - mean, no cancellation
+    gauss = -0.5 * dm * dm / var[:, None]
+    # proxy many cavity sds from the cavity: (f - mean)^2 / (2 var) is huge and its rounding
+    # (~1e-16 of it) would perturb the relative node weights; there use
+    # (c + s x)^2 = c^2 + s x (2 c + s x) and add the constant -c^2 / (2 var) to log Z after
+    offset = np.zeros_like(c)
+    far = c * c / var > _FAR_PROXY_SQ
+    if np.any(far):
+        i = far
+        sx = scale[i][:, None] * x[None, :]
+        gauss[i] = -0.5 * sx * (2.0 * c[i][:, None] + sx) / var[i][:, None]
+        offset[i] = -0.5 * c[i] * c[i] / var[i]
+    log_ratio = gauss + 0.5 * x[None, :] ** 2 + (np.log(scale) - 0.5 * np.log(var))[:, None]
     log_w = log_f(f) + log_ratio + logw[None, :]
     log_Z, mu, s2 = log_moments_from_nodes(log_w, np.broadcast_to(x, f.shape))
-    return log_Z, centre + scale * mu, s2 * scale * scale
+    return log_Z + offset, centre + scale * mu, s2 * scale * scale
 
 
 def log_concave_tilted_mode(dlog_f, d2log_f, mean, var, lower, upper, n_iter=60):
@@ -219,6 +250,44 @@ def log_concave_tilted_mode(dlog_f, d2log_f, mean, var, lower, upper, n_iter=60)
         f = f_new
     curv = 1.0 / var - d2log_f(f)
     return f, 1.0 / np.sqrt(curv)
+
+
+def log_concave_level_interval(psi_drop, dpsi, mode, var, depth, n_iter=80):
+    """Points g_lo < mode < g_hi where a log-concave density falls by ``depth`` from its mode.
+
+    ``psi`` is concave with ``psi'' <= -1 / var`` (a log-concave likelihood times the cavity
+    N(g | m, var)), maximal at ``mode``.  Each side solves
+    ``h(g) = psi(g) - psi(mode) + depth = 0`` by Newton's method started outside the root at
+    ``mode +- sqrt(2 depth var)`` (where ``psi(g) <= psi(mode) - (g - mode)^2 / (2 var)``
+    guarantees ``h <= 0``).  h is concave, so every tangent lies above it and the iterates
+    approach the root monotonically from outside: an unconverged iterate still bounds a
+    wider interval.  The tilted mass outside [g_lo, g_hi] is below
+    ``exp(-depth) / (1 - exp(-depth))`` of the mass inside (concavity bounds each tail by
+    the exponential through the level point with the secant slope ``depth / |g - mode|``).
+
+    Parameters
+    ----------
+    psi_drop : callable (g, mode) -> psi(g) - psi(mode), arrays of shape (k,).
+    dpsi : callable, g (k,) -> psi'(g) (k,).
+    mode, var : (k,) the mode of psi and the cavity variance.
+    depth : scalar > 0, the log-density drop that defines the interval.
+
+    Returns
+    -------
+    g_lo, g_hi : (k,) each.
+    """
+    reach = np.sqrt(2.0 * depth * var)
+    out = []
+    for sign in (-1.0, 1.0):
+        g = mode + sign * reach
+        for _ in range(n_iter):
+            h = psi_drop(g, mode) + depth
+            step = h / dpsi(g)  # dpsi has the sign of -sign away from the mode
+            g = g - step
+            if np.all(np.abs(step) <= 1e-6 * np.abs(g - mode)):
+                break
+        out.append(g)
+    return out[0], out[1]
 
 
 def log_sinh_legendre_moments(log_f, mean, var, lower, upper, n_panels=8, n_nodes=16):
@@ -260,7 +329,9 @@ def log_sinh_legendre_moments(log_f, mean, var, lower, upper, n_panels=8, n_node
     return log_moments_from_nodes(log_w, f)
 
 
-def log_switch_likelihood_moments(log_p, dlog_p, d2log_p, y, mean, var, power, left_range):
+def log_switch_likelihood_moments(
+    log_p, dlog_p, d2log_p, y, mean, var, power, left_range, log_p_difference=None
+):
     """Tilted moments for a log-concave "switch" likelihood p(y f) (probit, logistic), any power.
 
     Works in g = y f (y in {-1, +1}) where p(g) rises from 0 to 1 around g = 0 on a unit
@@ -271,13 +342,26 @@ def log_switch_likelihood_moments(log_p, dlog_p, d2log_p, y, mean, var, power, l
     * wider cavities: Gauss–Legendre in t = asinh(g) (16 panels x 16 nodes) over
       [max(m' - 10 sd, min(-left_range, g* - 15 s*)), max(m' + 10 sd, g* + 15 s*)] (g*, s*:
       Laplace mode and sd), which resolves the unit-scale switch at 0 and the cavity scale
-      at once (p(g)^power <= e^-45 left of -left_range).
+      at once (p(g)^power <= e^-45 left of -left_range);
+    * wider cavities far from the switch -- m' < -6 sd (the window above may cut the tilted
+      mass, whose spread the Laplace sd underestimates), or a panel of that rule wider than
+      1.5 times the cavity's [m' - sd, m' + sd] in t (a bump that asinh compresses into too
+      few nodes): the same rule with 32 panels over the interval where the tilted
+      log-density lies within 45 of its mode (:func:`log_concave_level_interval`).
+
+    See docs/derivations/likelihoods.md, "Wide cavities far from the switch".
 
     Parameters
     ----------
     log_p, dlog_p, d2log_p : callables of g (any shape): log p(g) and its derivatives.
     y, mean, var : (n,) labels, cavity mean and variance.  power : scalar in (0, 1].
     left_range : scalar, p(g)^power < e^-45 for g < -left_range.
+    log_p_difference : callable (g0, d) -> log p(g0 + d) - log p(g0) (shapes broadcast), optional.
+        Where ``power |log p(mode)|`` exceeds 1e6 (e.g. the probit at g < -1400, where
+        log p(g) ~ -g^2/2 carries an absolute rounding error ~ 1e-16 |log p|, enough to
+        perturb the relative node weights of a narrow tilted density), the integrand is
+        ``power (log p(g) - log p(mode))`` from this callable and ``power log p(mode)`` is
+        added to log Z afterwards.
 
     Returns
     -------
@@ -298,22 +382,72 @@ def log_switch_likelihood_moments(log_p, dlog_p, d2log_p, y, mean, var, power, l
     s2 = np.empty_like(mg)
     narrow = var <= 1.0
 
-    def lf(g):
-        return eta * log_p(g)
+    log_p_mode = log_p(mode)
+    if log_p_difference is None:
+        anchored = np.zeros(mg.shape, dtype=bool)
+    else:
+        anchored = eta * np.abs(log_p_mode) > _ANCHOR_LOG_P
+
+    def integrand(i, offsets=None):
+        """eta log p on the nodes g (rows: sites i), relative to eta log p(mode) where anchored.
+
+        ``offsets``: the exact node offsets g - mode (k, K) where the rule defines its nodes
+        that way; recomputing them from the rounded g would cost ~1e-16 |mode| each.
+        """
+        use = anchored[i]
+        a = mode[i][use][:, None]
+
+        def lf(g):
+            out = eta * log_p(g)
+            if np.any(use):
+                d = g[use] - a if offsets is None else offsets[use]
+                out[use] = eta * log_p_difference(a, d)
+            return out
+
+        return lf
 
     if np.any(narrow):
         i = narrow
+        x_gh, _ = gauss_hermite(get_config().quadrature_points)
         log_Z[i], mu[i], s2[i] = log_adaptive_gauss_hermite_moments(
-            lf, mg[i], var[i], mode[i], sd_mode[i]
+            integrand(i, sd_mode[i][:, None] * x_gh[None, :]), mg[i], var[i], mode[i], sd_mode[i]
         )
-    wide = ~narrow
+    sd = np.sqrt(var)
+    # the asinh rule over the cavity window: [m' - 10 sd, m' + 10 sd] widened to the mode
+    lo = np.maximum(mg - 10.0 * sd, np.minimum(-left_range, mode - 15.0 * sd_mode))
+    # the likelihood can pull the mass many cavity sds away from m': cover the mode too
+    hi = np.maximum(mg + 10.0 * sd, mode + 15.0 * sd_mode)
+    # ... is kept where it is accurate: the cavity is not far on the wrong side of the switch
+    # (then Z >= Phi(-6) / 2 and the window holds the mass) and a panel in t = asinh(g) is
+    # not much wider than the cavity's central +- 1 sd (the tilted bulk when the likelihood
+    # is ~1 over it).  Elsewhere: the level interval of the tilted density, finer panels.
+    panel = (np.arcsinh(hi) - np.arcsinh(lo)) / _PANELS
+    bulk = np.arcsinh(mg + sd) - np.arcsinh(mg - sd)
+    far = ~narrow & ((mg < -_FAR_CAVITY_SDS * sd) | (panel > _MAX_PANEL_PER_BULK * bulk))
+    wide = ~narrow & ~far
     if np.any(wide):
         i = wide
-        sd = np.sqrt(var[i])
-        lo = np.maximum(mg[i] - 10.0 * sd, np.minimum(-left_range, mode[i] - 15.0 * sd_mode[i]))
-        # the likelihood can pull the mass many cavity sds away from m': cover the mode too
-        hi = np.maximum(mg[i] + 10.0 * sd, mode[i] + 15.0 * sd_mode[i])
-        log_Z[i], mu[i], s2[i] = log_sinh_legendre_moments(lf, mg[i], var[i], lo, hi, 16, 16)
+        log_Z[i], mu[i], s2[i] = log_sinh_legendre_moments(
+            integrand(i), mg[i], var[i], lo[i], hi[i], _PANELS, 16
+        )
+    if np.any(far):
+        i = far
+
+        def drop(g, g0, mg=mg[i], v=var[i]):
+            # psi(g) - psi(g0), the Gaussian part as a difference of squares
+            return eta * (log_p(g) - log_p(g0)) - 0.5 * (g - g0) * (g + g0 - 2.0 * mg) / v
+
+        lo_far, hi_far = log_concave_level_interval(
+            drop,
+            lambda g, mg=mg[i], v=var[i]: eta * dlog_p(g) - (g - mg) / v,
+            mode[i],
+            var[i],
+            _LEVEL_DEPTH,
+        )
+        log_Z[i], mu[i], s2[i] = log_sinh_legendre_moments(
+            integrand(i), mg[i], var[i], lo_far, hi_far, _FAR_PANELS, 16
+        )
+    log_Z[anchored] += eta * log_p_mode[anchored]
     return log_Z, y * mu, s2
 
 

@@ -20,7 +20,8 @@ class Logistic(Likelihood):
 
     Tilted moments for every power by :func:`robustep.quadrature.log_switch_likelihood_moments`
     (adaptive Gauss–Hermite on the Laplace approximation for cavity variance <= 1,
-    Gauss–Legendre in asinh(y f) for wider cavities).
+    Gauss–Legendre in asinh(y f) for wider cavities, over the tilted density's level
+    interval when the cavity is far from the decision boundary).
     """
 
     def validate_targets(self, y):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import erfcx, log_ndtr
 
 from robustep.likelihoods.base import (
     Likelihood,
@@ -15,6 +15,7 @@ from robustep.likelihoods.base import (
 from robustep.quadrature import log_switch_likelihood_moments
 
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+_SQRT2 = np.sqrt(2.0)
 _Z_SWITCH = -5.0  # below this, use the continued fraction for the inverse Mills ratio
 _CF_TERMS = 60
 
@@ -58,6 +59,24 @@ def log_ndtr_ratio(z):
     return log_cdf, r, delta
 
 
+def log_ndtr_difference(z0, d):
+    """``log Phi(z0 + d) - log Phi(z0)`` without the rounding of two huge logarithms.
+
+    For z = z0 + d < 0 and z0 < 0, ``log Phi(z) = -z^2 / 2 + log(erfcx(-z / sqrt 2) / 2)``:
+    the quadratic parts are differenced as ``-d (2 z0 + d) / 2`` from the exact offset d
+    and the erfcx parts are O(log|z|).  Otherwise ``log_ndtr(z0 + d) - log_ndtr(z0)``.
+    Shapes broadcast.
+    """
+    z0, d = np.broadcast_arrays(np.asarray(z0, dtype=float), np.asarray(d, dtype=float))
+    z = z0 + d
+    both = (z < 0) & (z0 < 0)
+    z0n = np.where(both, z0, -1.0)
+    dn = np.where(both, d, 0.0)
+    zn = z0n + dn
+    tail = -0.5 * dn * (2.0 * z0n + dn) + np.log(erfcx(-zn / _SQRT2) / erfcx(-z0n / _SQRT2))
+    return np.where(both, tail, log_ndtr(z) - log_ndtr(z0))
+
+
 class Probit(Likelihood):
     """Probit likelihood ``p(y | f) = Phi(y f)`` with labels y in {-1, +1}.
 
@@ -95,6 +114,7 @@ class Probit(Likelihood):
             v,
             eta,
             left_range=9.5 / np.sqrt(eta),  # Phi(-L)^eta < exp(-eta L^2 / 2) = e^-45
+            log_p_difference=log_ndtr_difference,
         )
 
     def log_prob(self, y, f):
