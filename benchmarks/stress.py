@@ -25,8 +25,18 @@ Usage::
     nice python benchmarks/stress.py            # the full grid (docs/reliability.md)
     python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/test_stress.py)
     python benchmarks/stress.py --verbose       # one line per run
+    python benchmarks/stress.py --step-noise --quick    # label-noise step cells, minutes
 
 Exit status 1 when any of the three must-be-zero counts is not zero.
+
+``--step-noise`` runs a second grid at the engine level: the label-noise step likelihood
+(``NoisyStep``) at fixed hyperparameters on XOR and smooth class boundaries with 10-30%
+flipped labels, n in {200, 300}, five seeds, for several ways of finding the EP fixed
+point (the ``method="auto"`` chain, the engine's default, damped parallel EP, sequential
+EP, the double loop, and power EP with the engine's default schedule or plain damped
+parallel sweeps, which is another approximation); for each it prints
+runs, converged, seconds and sweeps (``--candidates`` picks them, ``--max-iter`` sets the
+sweep budget).
 """
 
 from __future__ import annotations
@@ -341,12 +351,128 @@ def format_table(table):
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------- label-noise step cells
+# ways of finding the EP fixed point on the label-noise step likelihood: keyword arguments
+# of robustep.ep.expectation_propagation (None: the method="auto" chain); "power 0.5" is
+# power EP, a different approximation
+STEP_CANDIDATES = {
+    "auto": None,
+    "ep": {},
+    "damped 0.8": {"damping": 0.8, "double_loop": False},
+    "sequential": {"schedule": "sequential"},
+    "double loop": {"double_loop": True, "n_parallel_init": 10, "max_inner": 10},
+    "power 0.5": {"power": 0.5},
+    "power 0.5 damped 0.5": {"power": 0.5, "damping": 0.5, "double_loop": False},
+}
+STEP_DEFAULT = ("auto", "ep", "damped 0.8", "double loop", "power 0.5", "power 0.5 damped 0.5")
+
+
+def step_noise_data(boundary, n, flip, seed):
+    """X (n, 2) uniform in [-1, 1]^2 and labels y (n,) in {-1, +1} of an "xor" boundary
+    (x0 x1 > 0) or a "smooth" one (x1 > sin(3 x0) / 2), each label flipped with
+    probability ``flip``."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    if boundary == "xor":
+        y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    else:
+        y = np.where(X[:, 1] > 0.5 * np.sin(3.0 * X[:, 0]), 1.0, -1.0)
+    flipped = rng.random(n) < flip
+    y[flipped] = -y[flipped]
+    return X, y
+
+
+def step_noise_cells(quick=False):
+    """(boundary, flip, label_noise, n, seed, signal variance, length-scale) of the grid.
+
+    Quick: XOR with 20% flips and the smooth boundary with 10%, n in {200, 300}, seeds 5-9,
+    ConstantKernel(4) * RBF(0.5).  Full: 10%, 20% and 30% flips on both boundaries, also at
+    the default starting kernel ConstantKernel(1) * RBF(1) (a search's first evaluation).
+    """
+    if quick:
+        specs = [("xor", 0.2), ("smooth", 0.1)]
+        hypers = [(4.0, 0.5)]
+    else:
+        specs = [(b, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)]
+        hypers = [(4.0, 0.5), (1.0, 1.0)]
+    return [
+        (boundary, flip, flip, n, seed, variance, ell)
+        for variance, ell in hypers
+        for boundary, flip in specs
+        for n in (200, 300)
+        for seed in range(5, 10)
+    ]
+
+
+def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=False):
+    """Run each candidate on each cell; return {(cell label, candidate): counts}."""
+    from robustep.ep import expectation_propagation
+    from robustep.ep.chain import auto_expectation_propagation
+    from robustep.likelihoods import NoisyStep
+    from robustep.posterior import DensePrior
+
+    table = defaultdict(lambda: defaultdict(float))
+    for boundary, flip, eps, n, seed, variance, ell in cell_list:
+        X, y = step_noise_data(boundary, n, flip, seed)
+        K = DensePrior((ConstantKernel(variance) * RBF(ell))(X), check=False)
+        label = f"{boundary} {flip:.0%} n={n} s2={variance:g} ell={ell:g}"
+        for name in candidates:
+            kwargs = STEP_CANDIDATES[name]
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                if kwargs is None:
+                    res = auto_expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter)
+                else:
+                    res = expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter, **kwargs)
+            seconds = time.perf_counter() - t0
+            row = table[(label, name)]
+            row["runs"] += 1
+            row["converged"] += bool(res.converged)
+            row["seconds"] += seconds
+            row["max_seconds"] = max(row["max_seconds"], seconds)
+            row["sweeps"] += int(res.n_iter)
+            if verbose:
+                used = getattr(res, "method_used", "")
+                print(f"{label:34s} seed {seed} {name:12s} {res.converged!s:5s} "
+                      f"{res.n_iter:5d} sweeps {seconds:7.2f}s {used}", flush=True)  # fmt: skip
+    return table
+
+
+def format_step_noise(table):
+    lines = ["| cell | candidate | runs | converged | seconds | slowest run (s) | sweeps |",
+             "|" + "---|" * 7]  # fmt: skip
+    for (label, name), row in table.items():
+        lines.append(
+            f"| {label} | {name} | {row['runs']:.0f} | {row['converged']:.0f} | "
+            f"{row['seconds']:.1f} | {row['max_seconds']:.1f} | {row['sweeps']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small subset (< 60 s)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--step-noise", action="store_true", help="the label-noise step cells instead"
+    )
+    parser.add_argument(
+        "--candidates",
+        default=",".join(STEP_DEFAULT),
+        help=f"--step-noise: comma-separated, of {', '.join(STEP_CANDIDATES)}",
+    )
+    parser.add_argument("--max-iter", type=int, default=1000, help="--step-noise: sweeps")
     args = parser.parse_args(argv)
+    if args.step_noise:
+        names = [c.strip() for c in args.candidates.split(",")]
+        unknown = [c for c in names if c not in STEP_CANDIDATES]
+        if unknown:
+            parser.error(f"unknown candidates {unknown}; choose from {list(STEP_CANDIDATES)}")
+        table = run_step_noise(step_noise_cells(args.quick), names, args.max_iter, args.verbose)
+        print(format_step_noise(table))
+        return 0
     t0 = time.perf_counter()
     table, failures = run(args.quick, args.verbose, args.seed)
     print(format_table(table))

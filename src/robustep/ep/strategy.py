@@ -196,11 +196,12 @@ class AdaptiveDamping:
             each block gets what is left.
 
         Returns the last block's result with ``n_iter`` the sweeps of all blocks (None when
-        ``max_iter`` < 1).
+        ``max_iter`` < 1); a block that makes no sweep ends the run with the previous
+        block's result, whose state it did not change.
         """
         schedule = self.schedule(max_iter)
         left = max_factorisations
-        res = None
+        res = swept = None  # swept: the latest block that made at least one sweep
         while (step := schedule.next_block()) is not None:
             damping, sweeps = step
             res = run_block(damping, sweeps, init, left)
@@ -208,8 +209,15 @@ class AdaptiveDamping:
             schedule.record(n_iter, _last_change(res))
             if left is not None:
                 left -= res.n_factorisations
+            if n_iter == 0 and swept is not None:
+                # no sweep (the robust step was blocked at once): the state is the previous
+                # block's end state, whose history holds its residual (an empty history
+                # would read as an infinite residual)
+                res = swept
+                break
             if res.converged or n_iter == 0 or (left is not None and left <= 0):
                 break
+            swept = res
             init = warm_state(res)
         if res is not None:
             res.n_iter = schedule.used

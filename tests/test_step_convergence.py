@@ -1,0 +1,88 @@
+"""EP on the label-noise step likelihood with flipped labels: the method="auto" chain's
+report of its damped stage (ep/chain.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+from robustep.ep.chain import auto_expectation_propagation
+from robustep.likelihoods import NoisyStep
+from robustep.posterior import DensePrior
+
+
+def _xor(n, flip, seed):
+    """XOR labels in {-1, +1} on X uniform in [-1, 1]^2, a fraction ``flip`` flipped."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    flipped = rng.random(n) < flip
+    y[flipped] = -y[flipped]
+    return X, y
+
+
+def _moment_matching_residual(res, y, lik):
+    """Largest change of a site's natural parameters that one undamped moment-matching update
+    would make from the result's cavities (the engine's residual, computed independently)."""
+    _, m_hat, v_hat = lik.tilted_moments(y, res.cavity_mean, res.cavity_var)
+    prop_prec = 1.0 / v_hat - 1.0 / res.cavity_var
+    prop_shift = m_hat / v_hat - res.cavity_mean / res.cavity_var
+    return max(
+        np.max(np.abs(prop_prec - res.site_precision)),
+        np.max(np.abs(prop_shift - res.site_shift)),
+    )
+
+
+def test_damped_stage_reports_the_residual_of_its_state():
+    """On this data set the damped stage's robust step is blocked after some sweeps (a cavity
+    precision is left just above zero, and no halved step keeps it positive), so its next
+    run makes no sweep; the stage must still report its state's finite residual."""
+    X, y = _xor(300, 0.2, seed=7)
+    K = DensePrior((ConstantKernel(4.0) * RBF(0.5))(X), check=False)
+    lik = NoisyStep(0.2)
+    res = auto_expectation_propagation(K, y, lik, max_iter=100, double_loop=False)
+    tried = {
+        name: (converged, n_iter, resid) for name, converged, n_iter, resid in res.methods_tried
+    }
+    assert not tried["damped"][0] and tried["damped"][1] > 0
+    assert np.isfinite(tried["damped"][2])
+    assert "final residual inf" not in res.message
+    # the state kept is the one with the smallest reported residual, and that residual is its own
+    assert res.method_used == min(tried, key=lambda name: tried[name][2])
+    np.testing.assert_allclose(
+        tried[res.method_used][2], _moment_matching_residual(res, y, lik), rtol=1e-6
+    )
+
+
+def _stress():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stress.py"
+    spec = importlib.util.spec_from_file_location("_stress_step_noise", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stress_step_noise_cells_and_run():
+    """benchmarks/stress.py --step-noise: the quick cells hold the data set above, and a
+    small run counts every candidate on every cell."""
+    stress = _stress()
+    quick = stress.step_noise_cells(quick=True)
+    assert len(quick) == 20 and quick == stress.step_noise_cells(quick=True)
+    assert ("xor", 0.2, 0.2, 300, 7, 4.0, 0.5) in quick
+    X, y = stress.step_noise_data("xor", 300, 0.2, 7)
+    X0, y0 = _xor(300, 0.2, seed=7)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(y, y0)
+    assert 0.1 < np.mean(y != np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)) < 0.3
+    cells = [("smooth", 0.1, 0.1, 30, 0, 1.0, 1.0), ("xor", 0.2, 0.2, 30, 1, 1.0, 1.0)]
+    table = stress.run_step_noise(cells, ("ep", "damped 0.8"), max_iter=30)
+    assert len(table) == 4
+    for row in table.values():
+        assert row["runs"] == 1 and 0 <= row["converged"] <= 1
+        assert 1 <= row["sweeps"] <= 30 and row["seconds"] > 0
+    assert "| xor 20% n=30 s2=1 ell=1 | ep | 1 |" in stress.format_step_noise(table)
