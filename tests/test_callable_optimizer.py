@@ -8,7 +8,7 @@ from scipy import optimize
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.estimators import GPClassifier, StudentTGPRegressor, StudentTProcessClassifier
-from robustep.estimators._optimizer import bounds_array, run_optimizer
+from robustep.estimators._optimizer import bounds_array, minimise
 
 
 def lbfgs_callable(maxiter=None, evaluations=None):
@@ -66,7 +66,7 @@ def test_run_optimizer_passes_sklearn_convention():
         return float(x @ x), 2.0 * x
 
     rec = Recorder()
-    x, f = run_optimizer(rec, objective, [1.0, 2.0], [(0.0, 5.0), (None, None)])
+    x, f, _ = minimise(rec, objective, [1.0, 2.0], [(0.0, 5.0), (None, None)])
     theta, box, value, grad, only = rec.calls[0]
     np.testing.assert_array_equal(box, [[0.0, 5.0], [-np.inf, np.inf]])
     assert value == only == 5.0
@@ -74,7 +74,7 @@ def test_run_optimizer_passes_sklearn_convention():
     np.testing.assert_array_equal(x, [1.0, 2.0])
     assert f == 5.0
     # the string runs scipy's L-BFGS-B and honours its options
-    x, f = run_optimizer("fmin_l_bfgs_b", objective, [1.0, 2.0], [(0.5, 5.0), (None, None)])
+    x, f, _ = minimise("fmin_l_bfgs_b", objective, [1.0, 2.0], [(0.5, 5.0), (None, None)])
     np.testing.assert_allclose(x, [0.5, 0.0], atol=1e-6)
 
 
@@ -89,11 +89,11 @@ def test_bad_callable_results_get_clear_errors():
         return float(x @ x), 2.0 * x
 
     with pytest.raises(TypeError, match=r"return \(theta_opt, func_min\)"):
-        run_optimizer(lambda f, t, b: t, objective, [1.0, 2.0], [(None, None)] * 2)
+        minimise(lambda f, t, b: t, objective, [1.0, 2.0], [(None, None)] * 2)
     with pytest.raises(TypeError, match="shape"):
-        run_optimizer(lambda f, t, b: (t[:1], 0.0), objective, [1.0, 2.0], [(None, None)] * 2)
+        minimise(lambda f, t, b: (t[:1], 0.0), objective, [1.0, 2.0], [(None, None)] * 2)
     with pytest.raises(ValueError, match="NaN"):
-        run_optimizer(
+        minimise(
             lambda f, t, b: (np.full(2, np.nan), 0.0), objective, [1.0, 2.0], [(None, None)] * 2
         )
 

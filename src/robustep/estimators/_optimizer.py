@@ -28,8 +28,8 @@ def bounds_array(bounds) -> np.ndarray:
     return np.asarray(rows, dtype=float).reshape(-1, 2)
 
 
-def run_optimizer(optimizer, objective, x0, bounds, *, options=None, callable_bounds=None):
-    """Minimise ``objective`` from ``x0``; returns (x (k,), value).
+def minimise(optimizer, objective, x0, bounds, *, options=None, callable_bounds=None):
+    """Minimise ``objective`` from ``x0``; returns (x (k,), value, the optimiser's message).
 
     optimizer : "fmin_l_bfgs_b" or a callable (see the module docstring).
     objective : objective(x (k,)) -> (value, gradient (k,)).
@@ -37,14 +37,6 @@ def run_optimizer(optimizer, objective, x0, bounds, *, options=None, callable_bo
     options : L-BFGS-B options (e.g. {"maxiter": 200}); not used with a callable.
     callable_bounds : the bounds a callable gets, if not ``bounds`` (as pairs or (k, 2)).
     """
-    x, value, _ = minimise(
-        optimizer, objective, x0, bounds, options=options, callable_bounds=callable_bounds
-    )
-    return x, value
-
-
-def minimise(optimizer, objective, x0, bounds, *, options=None, callable_bounds=None):
-    """As :func:`run_optimizer`, and also the optimiser's stop message: (x, value, message)."""
     x0 = np.array(x0, dtype=float)
     if not callable(optimizer):
         sol = optimize.minimize(

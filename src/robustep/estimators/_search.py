@@ -9,7 +9,7 @@ ArithmeticError / ValueError, which count the same).  This module does the rest,
 way for every estimator:
 
 - **the optimiser**: scipy's L-BFGS-B or the user's callable ``optimizer``
-  (:func:`robustep.estimators._optimizer.run_optimizer`, scikit-learn's convention);
+  (:func:`robustep.estimators._optimizer.minimise`, scikit-learn's convention);
 - **the failure rule**: a failed point returns a quadratic bowl around the best point so
   far, ``f_best + 1e3 (1 + |x - x_best|^2)`` with gradient ``2e3 (x - x_best)``, which points
   back into the region where inference succeeds, so that the L-BFGS-B line search backs
