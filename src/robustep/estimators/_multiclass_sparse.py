@@ -12,7 +12,7 @@ int m gives k-means centres of X, an (m, d) array gives them directly; with an o
 and ``optimize_inducing=True`` they are optimised jointly with the kernel's log
 hyperparameters by L-BFGS-B with the analytic evidence gradient (eqs. M21, M22), with the K_mm
 jitter fixed for the whole fit.  The nested-EP damping schedule is the dense core's
-(:class:`robustep.estimators._multiclass.MultinomialCore`).
+(:class:`robustep.estimators._multinomial.MultinomialCore`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.estimators import _multiclass, _sparse
+from robustep.estimators import _multinomial, _sparse
 
 __all__ = ["SparseMultinomialCore"]
 
@@ -84,7 +84,7 @@ class SparseMultinomialCore:
                 tol=self.tol, init=init, warn=False,
             )  # fmt: skip
 
-        return _multiclass.run_with_damping(run, self.damping, self.max_iter, init)
+        return _multinomial.run_with_damping(run, self.damping, self.max_iter, init)
 
     def fit(self, X, y, n_classes):
         """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""
