@@ -270,18 +270,29 @@ def _warn_unavailable(name, err, stacklevel=3):
     return {}
 
 
-def _deprecated_setter(old, new):
+def _attributes_or_warning(compute, estimator_name, require_finite=False):
+    """The LOO attributes of ``compute()`` (a LOOResult), or ``{}`` with a UserWarning
+    where it fails (or, with ``require_finite``, gives non-finite values)."""
+    try:
+        loo = compute()
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _warn_unavailable(estimator_name, err, stacklevel=5)
+    if require_finite and not np.all(np.isfinite(loo.log_predictive)):
+        return _warn_unavailable(estimator_name, ValueError("non-finite LOO values"), 5)
+    return _loo_attributes(loo.log_predictive, loo.fallback)
+
+
+def _set_deprecated(old, attributes_of, estimator, *args, **kwargs):
+    """A deprecated ``set_*_loo``: warn, then set ``attributes_of(*args, **kwargs)`` on
+    ``estimator`` (after removing earlier LOO attributes)."""
     warnings.warn(
-        f"robustep.diagnostics.{old} is deprecated; use {new}, which returns the "
-        "attributes by name instead of setting them on the estimator",
+        f"robustep.diagnostics.{old} is deprecated; use {attributes_of.__name__}, which "
+        "returns the attributes by name instead of setting them on the estimator",
         DeprecationWarning,
         stacklevel=3,
     )
-
-
-def _set_attributes(estimator, attributes):
     clear_loo_attributes(estimator)
-    for name, value in attributes.items():
+    for name, value in attributes_of(*args, **kwargs).items():
         setattr(estimator, name, value)
 
 
@@ -297,22 +308,19 @@ def classifier_loo_attributes(result, likelihood, y_pm, *, estimator_name="GPCla
     """
     if not _is_ep_result(result):
         return {}
-    try:
-        loo = loo_from_sites(
+    return _attributes_or_warning(
+        lambda: loo_from_sites(
             likelihood, y_pm, result.mean, result.var, result.site_precision,
             result.site_shift, eta_cavity=(result.cavity_mean, result.cavity_var), warn=False,
-        )  # fmt: skip
-    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-        return _warn_unavailable(estimator_name, err, stacklevel=4)
-    return _loo_attributes(loo.log_predictive, loo.fallback)
+        ),
+        estimator_name,
+    )  # fmt: skip
 
 
 def set_classifier_loo(estimator, result, likelihood, y_pm):
     """Deprecated: :func:`classifier_loo_attributes` set on ``estimator``."""
-    _deprecated_setter("set_classifier_loo", "classifier_loo_attributes")
-    name = type(estimator).__name__
-    _set_attributes(estimator, classifier_loo_attributes(result, likelihood, y_pm,
-                                                         estimator_name=name))  # fmt: skip
+    _set_deprecated("set_classifier_loo", classifier_loo_attributes, estimator, result,
+                    likelihood, y_pm, estimator_name=type(estimator).__name__)  # fmt: skip
 
 
 def multiclass_loo(likelihood, y, mean, cov, site_precision, site_shift):
@@ -363,24 +371,20 @@ def multiclass_loo_attributes(result, likelihood, y_index, *, estimator_name="GP
     guess over c classes), ``loo_approximate_`` (n,) bool (posterior marginal used).
     ``{}`` with a UserWarning where they cannot be computed.
     """
-    try:
-        loo = multiclass_loo(
+    return _attributes_or_warning(
+        lambda: multiclass_loo(
             likelihood, y_index, result.mean, result.cov, result.site_precision,
             result.site_shift,
-        )  # fmt: skip
-    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-        return _warn_unavailable(estimator_name, err, stacklevel=4)
-    if not np.all(np.isfinite(loo.log_predictive)):
-        return _warn_unavailable(estimator_name, ValueError("non-finite LOO values"), 4)
-    return _loo_attributes(loo.log_predictive, loo.fallback)
+        ),
+        estimator_name,
+        require_finite=True,
+    )  # fmt: skip
 
 
 def set_multiclass_loo(estimator, result, likelihood, y_index):
     """Deprecated: :func:`multiclass_loo_attributes` set on ``estimator``."""
-    _deprecated_setter("set_multiclass_loo", "multiclass_loo_attributes")
-    name = type(estimator).__name__
-    _set_attributes(estimator, multiclass_loo_attributes(result, likelihood, y_index,
-                                                         estimator_name=name))  # fmt: skip
+    _set_deprecated("set_multiclass_loo", multiclass_loo_attributes, estimator, result,
+                    likelihood, y_index, estimator_name=type(estimator).__name__)  # fmt: skip
 
 
 def one_vs_rest_loo_attributes(estimators, y_index):
@@ -412,8 +416,8 @@ def one_vs_rest_loo_attributes(estimators, y_index):
 
 def set_one_vs_rest_loo(estimator, estimators, y_index):
     """Deprecated: :func:`one_vs_rest_loo_attributes` set on ``estimator``."""
-    _deprecated_setter("set_one_vs_rest_loo", "one_vs_rest_loo_attributes")
-    _set_attributes(estimator, one_vs_rest_loo_attributes(estimators, y_index))
+    _set_deprecated("set_one_vs_rest_loo", one_vs_rest_loo_attributes, estimator, estimators,
+                    y_index)  # fmt: skip
 
 
 def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):

@@ -22,7 +22,14 @@ from robustep import diagnostics
 from robustep._config import get_config
 from robustep.posterior import DensePrior
 
-__all__ = ["BinaryFit", "fitted_attributes", "log_evidence", "make_likelihood", "run_inference"]
+__all__ = [
+    "BinaryCore",
+    "BinaryFit",
+    "fitted_attributes",
+    "log_evidence",
+    "make_likelihood",
+    "run_inference",
+]
 
 
 def make_likelihood(params):
@@ -145,6 +152,17 @@ def fitted_attributes(params, res, likelihood, y, *, estimator_name="GPClassifie
         diagnostics.classifier_loo_attributes(res, likelihood, y, estimator_name=estimator_name)
     )
     return attrs
+
+
+class BinaryCore:
+    """What every binary core holds: the classifier's parameters (``params``, as
+    attributes), the training inputs X (n, d), the labels y (n,) ±1 and the likelihood."""
+
+    def __init__(self, params, X, y, likelihood):
+        self.params = params
+        self.X = X
+        self.y = y
+        self.likelihood = likelihood
 
 
 @dataclass

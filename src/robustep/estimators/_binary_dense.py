@@ -20,7 +20,13 @@ from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from robustep.estimators._binary import BinaryFit, fitted_attributes, log_evidence, run_inference
+from robustep.estimators._binary import (
+    BinaryCore,
+    BinaryFit,
+    fitted_attributes,
+    log_evidence,
+    run_inference,
+)
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
@@ -92,7 +98,7 @@ def representation(like=None) -> _Representation:
                            _array_ep_gradient, _array_latent)  # fmt: skip
 
 
-class DenseBinaryCore:
+class DenseBinaryCore(BinaryCore):
     """Binary inference on a dense prior at any log hyperparameters of a kernel.
 
     Parameters
@@ -104,10 +110,7 @@ class DenseBinaryCore:
     """
 
     def __init__(self, params, X, y, likelihood, kernel, rep):
-        self.params = params
-        self.X = X
-        self.y = y
-        self.likelihood = likelihood
+        super().__init__(params, X, y, likelihood)
         self.kernel = kernel
         self.rep = rep
 

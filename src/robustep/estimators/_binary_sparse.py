@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.estimators import _sparse
-from robustep.estimators._binary import BinaryFit, fitted_attributes, run_inference
+from robustep.estimators._binary import BinaryCore, BinaryFit, fitted_attributes, run_inference
 from robustep.posterior.factory import make_prior
 
 __all__ = ["check_sparse", "fit_sparse"]
@@ -52,7 +52,7 @@ def check_sparse(params):
         )
 
 
-class SparseBinaryCore:
+class SparseBinaryCore(BinaryCore):
     """Binary inference on the FITC prior at any (kernel, Z).
 
     Parameters
@@ -63,10 +63,7 @@ class SparseBinaryCore:
     """
 
     def __init__(self, params, X, y, likelihood, jitter, alpha):
-        self.params = params
-        self.X = X
-        self.y = y
-        self.likelihood = likelihood
+        super().__init__(params, X, y, likelihood)
         self.jitter = jitter
         self.alpha = alpha
         self.representation = "dask" if _sparse.is_dask_input(X) else "fitc"

@@ -128,21 +128,6 @@ def fit_multiclass(params, X, y, fit_binary):
     return classes, state
 
 
-def warn_if_not_converged(estimator, hint, stacklevel):
-    """The ConvergenceWarning of a multi-class fit (fitted ``estimator``) that did not
-    converge; ``hint``: the settings to try."""
-    if estimator.converged_:
-        return
-    warnings.warn(
-        f"{estimator.multi_class_} {estimator.method} inference on {len(estimator.classes_)} "
-        f"classes did not converge ({estimator.n_iter_} iterations, "
-        f"max_iter={estimator.max_iter}, tol={estimator.tol}); the last finite state is "
-        f"kept. Try {hint}.",
-        ConvergenceWarning,
-        stacklevel=stacklevel + 1,
-    )
-
-
 def _core_likelihood(core, n_classes):
     """The likelihood object of a multinomial core (label noise or not)."""
     eps = float(getattr(core, "label_noise", 0.0))
@@ -155,18 +140,45 @@ def _core_likelihood(core, n_classes):
     return MultinomialProbit(n_classes)
 
 
-class MultinomialFit:
-    """A fitted multinomial (nested-EP) core and the attributes it gives."""
+class _MulticlassFit:
+    """What both multi-class states share: the attributes, the convergence warning, the
+    predicted class index."""
 
-    advice = SEARCH_ADVICE
+    #: the settings a ConvergenceWarning suggests
+    hint = "method='damped', a larger max_iter or a larger tol"
+    #: what a user can change when the evidence search could not move (None: no search)
+    advice = None
 
-    def __init__(self, core, attributes):
-        self.core = core
+    def __init__(self, attributes):
         self.attributes = attributes
 
     def warn_if_not_converged(self, estimator, stacklevel=2):
-        hint = "method='damped' (damping='adaptive'), a larger max_iter or a larger tol"
-        warn_if_not_converged(estimator, hint, stacklevel + 1)
+        """The ConvergenceWarning of a fit (fitted ``estimator``) that did not converge."""
+        if estimator.converged_:
+            return
+        warnings.warn(
+            f"{estimator.multi_class_} {estimator.method} inference on "
+            f"{len(estimator.classes_)} classes did not converge ({estimator.n_iter_} "
+            f"iterations, max_iter={estimator.max_iter}, tol={estimator.tol}); the last "
+            f"finite state is kept. Try {self.hint}.",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
+
+    def predict_index(self, X):
+        """Index (m,) into ``classes_``: the most probable class."""
+        return np.argmax(self.predict_proba(X), axis=1)
+
+
+class MultinomialFit(_MulticlassFit):
+    """A fitted multinomial (nested-EP) core and the attributes it gives."""
+
+    hint = "method='damped' (damping='adaptive'), a larger max_iter or a larger tol"
+    advice = SEARCH_ADVICE
+
+    def __init__(self, core, attributes):
+        super().__init__(attributes)
+        self.core = core
 
     @classmethod
     def fit(cls, params, X, y_index, n_classes, per_class):
@@ -179,14 +191,9 @@ class MultinomialFit:
         # parallel nested EP without damping oscillates for large kernel amplitudes
         # (docs/derivations/multiclass.md §3): "ep" uses the adaptive damping schedule
         damping = "adaptive" if params.method in ("auto", "ep") else params.damping
-        options = dict(
-            damping=damping,
-            max_iter=params.max_iter,
-            tol=params.tol,
-            optimizer=params.optimizer,
-            n_restarts_optimizer=params.n_restarts_optimizer,
-            random_state=params.random_state,
-        )
+        names = ("max_iter", "tol", "optimizer", "n_restarts_optimizer", "random_state")
+        options = {name: getattr(params, name) for name in names}
+        options["damping"] = damping
         if params.inducing_points is not None:  # FITC per class: _multiclass_sparse.py
             from robustep.estimators._multiclass_sparse import SparseMultinomialCore
 
@@ -225,9 +232,6 @@ class MultinomialFit:
         with np.errstate(divide="ignore"):
             return np.log(p)
 
-    def predict_index(self, X):
-        return np.argmax(self.predict_proba(X), axis=1)
-
     def predict_latent(self, X, return_std=False):
         """The c latent GPs' mean (m, c) (and std (m, c)) at X."""
         mean, cov = self.core.predict_latent(X)
@@ -240,18 +244,15 @@ class MultinomialFit:
         return self.core.log_marginal_likelihood(theta, eval_gradient)
 
 
-class OneVsRestFit:
-    """c fitted binary classifiers (class k against the rest) and the attributes they give."""
+class OneVsRestFit(_MulticlassFit):
+    """c fitted binary classifiers (class k against the rest) and the attributes they give.
 
-    advice = None  # one search per binary fit: estimators_[k].optimizer_result_
+    No search of its own: each binary fit has one (``estimators_[k].optimizer_result_``).
+    """
 
     def __init__(self, estimators, attributes):
+        super().__init__(attributes)
         self.estimators = estimators
-        self.attributes = attributes
-
-    def warn_if_not_converged(self, estimator, stacklevel=2):
-        hint = "method='damped', a larger max_iter or a larger tol"
-        warn_if_not_converged(estimator, hint, stacklevel + 1)
 
     @classmethod
     def fit(cls, fit_binary, X, y_index, n_classes):
@@ -290,9 +291,6 @@ class OneVsRestFit:
     def decision_function(self, X):
         """Each binary classifier's score (m, c) (argmax is ``predict``)."""
         return np.column_stack([est.decision_function(X) for est in self.estimators])
-
-    def predict_index(self, X):
-        return np.argmax(self.predict_proba(X), axis=1)
 
     def predict_latent(self, X, return_std=False):
         """Each binary classifier's latent mean (m, c) (and std (m, c))."""
