@@ -1,4 +1,4 @@
-"""Sparse (FITC inducing-point) fitting for GPClassifier and StudentTGPRegressor.
+"""Sparse (FITC inducing-point) fitting shared by GPClassifier and StudentTGPRegressor.
 
 The estimators call into this module when ``inducing_points`` is not None; with None they
 keep their dense code path untouched.  The model is the FITC prior
