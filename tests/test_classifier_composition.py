@@ -153,3 +153,23 @@ def test_multinomial_loo_unavailable_warns_and_sets_nothing():
     assert attrs == {}
     assert any("Mine: leave-one-out diagnostics are unavailable" in str(w.message)
                for w in caught)  # fmt: skip
+
+
+def test_array_representation_matches_dense(monkeypatch):
+    """The "array" prior (``device=``) gives the dense fit's state: here on
+    array-api-strict, standing in for a PyTorch device."""
+    xs = pytest.importorskip("array_api_strict")
+    from robustep.estimators import _device
+
+    monkeypatch.setattr(_device, "torch_like", lambda device, dtype: xs.zeros(0, dtype=xs.float64))
+    X, y = _binary_data()
+    dense = GPClassifier(KERNEL, method="ep").fit(X, y)
+    array = GPClassifier(KERNEL, method="ep", device="cpu").fit(X, y)
+    assert array._state.core.rep.name == "array" and dense._state.core.rep.name == "dense"
+    np.testing.assert_allclose(array.kernel_.theta, dense.kernel_.theta, rtol=1e-8)
+    np.testing.assert_allclose(array.predict_proba(X), dense.predict_proba(X), atol=1e-12)
+    theta = dense.kernel_.theta + 0.2
+    value, grad = array.log_marginal_likelihood(theta, eval_gradient=True)
+    ref_value, ref_grad = dense.log_marginal_likelihood(theta, eval_gradient=True)
+    assert value == pytest.approx(ref_value, rel=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-9)

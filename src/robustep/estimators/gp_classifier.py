@@ -91,8 +91,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         that converges; ``method_used_`` says which; a ConvergenceWarning only if all
         fail, naming what was tried).  Same approximation as "ep", whose fixed point it
         finds more often (docs/reliability.md, "method='auto'").
-        "ep": EP (robust parallel EP with the double-loop fallback of the engine,
-        exactly as before "auto" was the default); "damped": EP with damping
+        "ep": EP (robust parallel EP with the double-loop fallback of the engine);
+        "damped": EP with damping
         ``damping`` (weight on the old site) or,
         with ``damping="adaptive"``, restarts in blocks of 50 sweeps that move the
         damping halfway to 1 whenever the largest site change did not shrink during
