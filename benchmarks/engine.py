@@ -145,15 +145,15 @@ def floor(n, threads, repeat, kind="probit"):
         }
         if kind == "probit":
             clf = GPClassifier(KERNEL, method="ep", optimizer=None, tol=1e-4)
-            runs["GPClassifier(method='ep').fit"] = lambda: clf.fit(X, labels)._result
+            runs["GPClassifier(method='ep').fit"] = lambda: clf.fit(X, labels)._state.result
 
             def cold_fit():
                 with robustep.config(subset_start_min_n=None):
-                    return clf.fit(X, labels)._result
+                    return clf.fit(X, labels)._state.result
 
             runs["same, cold start (no subset)"] = cold_fit
             lap = GPClassifier(KERNEL, method="laplace", optimizer=None)
-            runs["GPClassifier(method='laplace').fit"] = lambda: lap.fit(X, labels)._result
+            runs["GPClassifier(method='laplace').fit"] = lambda: lap.fit(X, labels)._state.result
         results = {}
         for name, fn in runs.items():
             try:

@@ -72,13 +72,15 @@ def test_blas_limit_applied_inside_a_fit_and_restored(monkeypatch):
     if not _blas_threads():
         pytest.skip("threadpoolctl finds no BLAS library")
     seen = []
-    original = GPClassifier._infer
+    from robustep.estimators._binary_dense import DenseBinaryCore
 
-    def spy(self, K, init=None):
+    original = DenseBinaryCore.infer
+
+    def spy(self, prior, init=None):
         seen.append(_blas_threads())
-        return original(self, K, init)
+        return original(self, prior, init)
 
-    monkeypatch.setattr(GPClassifier, "_infer", spy)
+    monkeypatch.setattr(DenseBinaryCore, "infer", spy)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, 2))
     y = (X[:, 0] > 0).astype(int)
@@ -94,11 +96,11 @@ def test_blas_limit_applied_inside_a_fit_and_restored(monkeypatch):
         assert len(seen) > 3 and all(s == {1} for s in seen[2:])
         assert _blas_threads() == {2}
 
-        def failing(self, K, init=None):
+        def failing(self, prior, init=None):
             seen.append(_blas_threads())
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(GPClassifier, "_infer", failing)
+        monkeypatch.setattr(DenseBinaryCore, "infer", failing)
         with pytest.raises(RuntimeError, match="boom"), config(blas_threads=1):
             GPClassifier(optimizer=None).fit(X, y)
         assert seen[-1] == {1} and _blas_threads() == {2}

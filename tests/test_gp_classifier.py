@@ -262,9 +262,10 @@ def test_warm_started_evaluation_equals_cold_one(method):
     clf = GPClassifier(KERNEL, method=method, optimizer=None, tol=1e-8).fit(X, y)
     theta0 = clf.kernel_.theta
     theta1 = theta0 + np.array([0.7, -0.4])
-    _, _, res0, _ = clf._evaluate(theta0, True, search=True)
-    warm = clf._warm_state(res0)  # what the search passes on from theta0's evaluation
-    warm_value, warm_grad, _, _ = clf._evaluate(theta1, True, init=warm, search=True)
+    core = clf._state.core  # the dense binary core (estimators/_binary_dense.py)
+    _, _, res0, _ = core.evaluate(theta0, True, search=True)
+    warm = core.warm_state(res0)  # what the search passes on from theta0's evaluation
+    warm_value, warm_grad, _, _ = core.evaluate(theta1, True, init=warm, search=True)
     cold_value, cold_grad = clf.log_marginal_likelihood(theta1, eval_gradient=True)
     assert warm_value == pytest.approx(cold_value, abs=1e-7)
     np.testing.assert_allclose(warm_grad, cold_grad, rtol=1e-5, atol=1e-6)
@@ -272,13 +273,13 @@ def test_warm_started_evaluation_equals_cold_one(method):
 
 def test_fast_ep_gradient_equals_the_engine_formula():
     from robustep.ep import log_Z_gradient
-    from robustep.estimators.gp_classifier import _ep_kernel_gradient
 
     X, y = _data(n=35, flip=2)
     clf = GPClassifier(KERNEL, optimizer=None, tol=1e-8).fit(X, y)
     _, K_gradient = clf.kernel_(X, eval_gradient=True)
-    ref, _ = log_Z_gradient(clf._result, K_gradient, clf._likelihood_obj, clf._y_pm)
-    np.testing.assert_allclose(_ep_kernel_gradient(clf._result.posterior, K_gradient), ref,
+    res, core = clf._state.result, clf._state.core
+    ref, _ = log_Z_gradient(res, K_gradient, core.likelihood, core.y)
+    np.testing.assert_allclose(res.posterior.kernel_gradient_contraction(K_gradient), ref,
                                rtol=1e-10, atol=1e-12)  # fmt: skip
 
 

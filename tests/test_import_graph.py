@@ -20,14 +20,8 @@ import robustep
 ROOT = Path(robustep.__file__).resolve().parent
 
 #: groups of modules that still import each other (lazy imports inside functions):
-#: the multi-class estimator core with the binary classifier's input check and its sparse
-#: core; the experiments package with its registry and runner
+#: the experiments package with its registry and runner
 KNOWN_CYCLES = [
-    {
-        "robustep.estimators._multiclass",
-        "robustep.estimators._multiclass_sparse",
-        "robustep.estimators.gp_classifier",
-    },
     {"robustep.experiments", "robustep.experiments.base", "robustep.experiments.runner"},
 ]
 

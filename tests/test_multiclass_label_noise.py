@@ -326,8 +326,8 @@ def test_auto_with_label_noise_is_the_robust_multinomial():
     X, y, _ = _random_problem(n=24)
     clf = GPClassifier(ConstantKernel(2.0) * RBF(1.0), optimizer=None, label_noise=0.1).fit(X, y)
     assert clf.multi_class_ == "multinomial" and clf.converged_
-    assert clf._mc.core.label_noise == 0.1
-    assert isinstance(clf._mc.core.result, multiclass_general.RobustMulticlassEPResult)
+    assert clf._state.core.label_noise == 0.1
+    assert isinstance(clf._state.core.result, multiclass_general.RobustMulticlassEPResult)
 
 
 def test_warm_start_and_invalid_init():

@@ -181,20 +181,20 @@ def test_estimator_that_cannot_move_warns_and_reports_why(monkeypatch):
     from sklearn.exceptions import ConvergenceWarning
 
     from robustep import GPClassifier
-    from robustep.estimators import gp_classifier
+    from robustep.estimators._binary_dense import DenseBinaryCore
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, 2))
     y = (X[:, 0] > 0).astype(int)
     clf = GPClassifier(random_state=0)
-    original = gp_classifier.GPClassifier._evaluate
+    original = DenseBinaryCore.evaluate
 
     def only_the_start(self, theta, eval_gradient, init=None, search=False):
         if search and not np.allclose(theta, 0.0):  # the default kernel's log theta is 0
             raise np.linalg.LinAlgError("inference fails away from the start")
         return original(self, theta, eval_gradient, init=init, search=search)
 
-    monkeypatch.setattr(gp_classifier.GPClassifier, "_evaluate", only_the_start)
+    monkeypatch.setattr(DenseBinaryCore, "evaluate", only_the_start)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         clf.fit(X, y)

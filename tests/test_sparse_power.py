@@ -356,7 +356,7 @@ def test_classifier_default_is_fitc_and_alpha_near_one_agrees():
     kw = dict(inducing_points=Z, optimizer=None, tol=1e-9, method="ep")
     base = GPClassifier(**kw).fit(X, y)
     one = GPClassifier(inducing_power=1.0, **kw).fit(X, y)
-    assert type(base._result).__name__ == "EPResult"  # the FITC code path, unchanged
+    assert type(base._state.result).__name__ == "EPResult"  # the FITC code path, unchanged
     np.testing.assert_array_equal(base.predict_proba(X), one.predict_proba(X))
     assert base.log_marginal_likelihood_value_ == one.log_marginal_likelihood_value_
     near = GPClassifier(inducing_power=1 - 1e-7, **kw).fit(X, y)

@@ -226,7 +226,7 @@ def test_classifier_adaptive_damping_runs_the_schedule(monkeypatch):
 
 
 def test_nested_ep_adaptive_damping_starts_at_0_3():
-    from robustep.estimators._multiclass import run_with_damping
+    from robustep.estimators._multinomial import run_with_damping
 
     calls = []
 

@@ -51,9 +51,12 @@ __all__ = [
     "student_t_loo_predictive",
     "loo_score",
     "clear_loo_attributes",
+    "classifier_loo_attributes",
     "set_classifier_loo",
     "multiclass_loo",
+    "multiclass_loo_attributes",
     "set_multiclass_loo",
+    "one_vs_rest_loo_attributes",
     "set_one_vs_rest_loo",
     "set_regressor_loo",
     "process_classifier_loo",
@@ -243,35 +246,81 @@ def _is_ep_result(res):
 def _unavailable(estimator, err):
     """Warn that the LOO diagnostics could not be computed (the fit itself stands)."""
     clear_loo_attributes(estimator)
+    _warn_unavailable(type(estimator).__name__, err, stacklevel=4)
+
+
+def _loo_attributes(log_predictive, approximate):
+    """The LOO attributes by name: ``loo_log_predictive_`` (n,), ``outlier_scores_`` (n,)
+    (its negative) and ``loo_approximate_`` (n,) bool."""
+    return {
+        "loo_log_predictive_": log_predictive,
+        "outlier_scores_": -log_predictive,
+        "loo_approximate_": approximate,
+    }
+
+
+def _warn_unavailable(name, err, stacklevel=3):
+    """Warn that the LOO diagnostics could not be computed (the fit itself stands)."""
     warnings.warn(
-        f"{type(estimator).__name__}: leave-one-out diagnostics are unavailable for this fit "
+        f"{name}: leave-one-out diagnostics are unavailable for this fit "
         f"({type(err).__name__}: {err}); the fitted model is unaffected",
         UserWarning,
+        stacklevel=stacklevel,
+    )
+    return {}
+
+
+def _attributes_or_warning(compute, estimator_name, require_finite=False):
+    """The LOO attributes of ``compute()`` (a LOOResult), or ``{}`` with a UserWarning
+    where it fails (or, with ``require_finite``, gives non-finite values)."""
+    try:
+        loo = compute()
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
+        return _warn_unavailable(estimator_name, err, stacklevel=5)
+    if require_finite and not np.all(np.isfinite(loo.log_predictive)):
+        return _warn_unavailable(estimator_name, ValueError("non-finite LOO values"), 5)
+    return _loo_attributes(loo.log_predictive, loo.fallback)
+
+
+def _set_deprecated(old, attributes_of, estimator, *args, **kwargs):
+    """A deprecated ``set_*_loo``: warn, then set ``attributes_of(*args, **kwargs)`` on
+    ``estimator`` (after removing earlier LOO attributes)."""
+    warnings.warn(
+        f"robustep.diagnostics.{old} is deprecated; use {attributes_of.__name__}, which "
+        "returns the attributes by name instead of setting them on the estimator",
+        DeprecationWarning,
         stacklevel=3,
     )
+    clear_loo_attributes(estimator)
+    for name, value in attributes_of(*args, **kwargs).items():
+        setattr(estimator, name, value)
+
+
+def classifier_loo_attributes(result, likelihood, y_pm, *, estimator_name="GPClassifier"):
+    """The LOO attributes of a binary GP classifier, by name (empty without LOO values).
+
+    ``result``: the fit's inference result; only an EP result (sites and cavities) gives
+    LOO values, any other (Laplace) gives ``{}``.  y_pm : (n,) labels ±1.
+    ``outlier_scores_ = -loo_log_predictive_``: the LOO surprise of the observed label
+    (log 2 ≈ 0.69 for a coin flip; > 3 means a LOO probability below 0.05).  Where the
+    values cannot be computed, a UserWarning names ``estimator_name`` and ``{}`` is
+    returned.
+    """
+    if not _is_ep_result(result):
+        return {}
+    return _attributes_or_warning(
+        lambda: loo_from_sites(
+            likelihood, y_pm, result.mean, result.var, result.site_precision,
+            result.site_shift, eta_cavity=(result.cavity_mean, result.cavity_var), warn=False,
+        ),
+        estimator_name,
+    )  # fmt: skip
 
 
 def set_classifier_loo(estimator, result, likelihood, y_pm):
-    """Set ``loo_log_predictive_`` and ``outlier_scores_`` on a binary GP classifier.
-
-    ``result``: the fit's inference result; only an EP result (sites and cavities) gives
-    LOO values, any other (Laplace) leaves the attributes unset.  y_pm : (n,) labels ±1.
-    ``outlier_scores_ = -loo_log_predictive_``: the LOO surprise of the observed label
-    (log 2 ≈ 0.69 for a coin flip; > 3 means a LOO probability below 0.05).
-    """
-    clear_loo_attributes(estimator)
-    if not _is_ep_result(result):
-        return
-    try:
-        loo = loo_from_sites(
-            likelihood, y_pm, result.mean, result.var, result.site_precision,
-            result.site_shift, eta_cavity=(result.cavity_mean, result.cavity_var), warn=False,
-        )  # fmt: skip
-    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-        return _unavailable(estimator, err)
-    estimator.loo_log_predictive_ = loo.log_predictive
-    estimator.outlier_scores_ = -loo.log_predictive
-    estimator.loo_approximate_ = loo.fallback
+    """Deprecated: :func:`classifier_loo_attributes` set on ``estimator``."""
+    _set_deprecated("set_classifier_loo", classifier_loo_attributes, estimator, result,
+                    likelihood, y_pm, estimator_name=type(estimator).__name__)  # fmt: skip
 
 
 def multiclass_loo(likelihood, y, mean, cov, site_precision, site_shift):
@@ -314,41 +363,42 @@ def multiclass_loo(likelihood, y, mean, cov, site_precision, site_shift):
     return LOOResult(log_p, cav_m, cav_S, ~ok)
 
 
-def set_multiclass_loo(estimator, result, likelihood, y_index):
-    """Set the LOO attributes of a multinomial (nested-EP) GPClassifier.
+def multiclass_loo_attributes(result, likelihood, y_index, *, estimator_name="GPClassifier"):
+    """The LOO attributes of a multinomial (nested-EP) GPClassifier, by name.
 
     ``loo_log_predictive_`` (n,) = log p(y_i | y_-i) of the observed class
     (:func:`multiclass_loo`), ``outlier_scores_`` = its negative (log c for a uniform
     guess over c classes), ``loo_approximate_`` (n,) bool (posterior marginal used).
+    ``{}`` with a UserWarning where they cannot be computed.
     """
-    clear_loo_attributes(estimator)
-    try:
-        loo = multiclass_loo(
+    return _attributes_or_warning(
+        lambda: multiclass_loo(
             likelihood, y_index, result.mean, result.cov, result.site_precision,
             result.site_shift,
-        )  # fmt: skip
-    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-        return _unavailable(estimator, err)
-    if not np.all(np.isfinite(loo.log_predictive)):
-        return _unavailable(estimator, ValueError("non-finite LOO values"))
-    estimator.loo_log_predictive_ = loo.log_predictive
-    estimator.outlier_scores_ = -loo.log_predictive
-    estimator.loo_approximate_ = loo.fallback
+        ),
+        estimator_name,
+        require_finite=True,
+    )  # fmt: skip
 
 
-def set_one_vs_rest_loo(estimator, estimators, y_index):
-    """LOO attributes of a one-vs-rest GPClassifier from its c binary fits' LOO values.
+def set_multiclass_loo(estimator, result, likelihood, y_index):
+    """Deprecated: :func:`multiclass_loo_attributes` set on ``estimator``."""
+    _set_deprecated("set_multiclass_loo", multiclass_loo_attributes, estimator, result,
+                    likelihood, y_index, estimator_name=type(estimator).__name__)  # fmt: skip
+
+
+def one_vs_rest_loo_attributes(estimators, y_index):
+    """The LOO attributes of a one-vs-rest GPClassifier from its c binary fits', by name.
 
     Binary fit k gives p_k,i = p(class k | y_-i) from its own cavity (its LOO probability
     of its observed binary label, complemented where that label is "rest"); these are
     normalised over k as ``predict_proba`` normalises the binary probabilities, and
-    ``loo_log_predictive_`` is the log of the observed class's share.  Unset when any
+    ``loo_log_predictive_`` is the log of the observed class's share.  ``{}`` when any
     binary fit has no LOO values (e.g. method="laplace").
     """
-    clear_loo_attributes(estimator)
     values = [getattr(est, "loo_log_predictive_", None) for est in estimators]
     if any(v is None for v in values):
-        return
+        return {}
     rows = np.arange(len(y_index))
     P = np.empty((rows.size, len(estimators)))
     for k, lp in enumerate(values):
@@ -358,11 +408,16 @@ def set_one_vs_rest_loo(estimator, estimators, y_index):
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(total > 0, P[rows, y_index] / total, 1.0 / P.shape[1])
     log_p = np.log(np.maximum(share, np.finfo(float).tiny))
-    estimator.loo_log_predictive_ = log_p
-    estimator.outlier_scores_ = -log_p
-    estimator.loo_approximate_ = np.any(
+    approximate = np.any(
         [np.asarray(est.loo_approximate_, dtype=bool) for est in estimators], axis=0
     )
+    return _loo_attributes(log_p, approximate)
+
+
+def set_one_vs_rest_loo(estimator, estimators, y_index):
+    """Deprecated: :func:`one_vs_rest_loo_attributes` set on ``estimator``."""
+    _set_deprecated("set_one_vs_rest_loo", one_vs_rest_loo_attributes, estimator, estimators,
+                    y_index)  # fmt: skip
 
 
 def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):

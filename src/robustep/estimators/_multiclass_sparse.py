@@ -12,7 +12,7 @@ int m gives k-means centres of X, an (m, d) array gives them directly; with an o
 and ``optimize_inducing=True`` they are optimised jointly with the kernel's log
 hyperparameters by L-BFGS-B with the analytic evidence gradient (eqs. M21, M22), with the K_mm
 jitter fixed for the whole fit.  The nested-EP damping schedule is the dense core's
-(:class:`robustep.estimators._multiclass.MultinomialCore`).
+(:class:`robustep.estimators._multinomial.MultinomialCore`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.estimators import _multiclass, _sparse
+from robustep.estimators import _multinomial, _sparse
 
 __all__ = ["SparseMultinomialCore"]
 
 
-class SparseMultinomialCore:
+class SparseMultinomialCore(_multinomial.MultinomialCore):
     """Nested-EP multinomial probit on the FITC prior, labels 0 .. c-1 (a private core).
 
     Parameters: ``kernel`` (one scikit-learn kernel shared by the classes; the caller
     passes a clone), ``inducing_points`` (int m or (m, d) array), ``optimize_inducing``,
-    ``damping`` (float, or "adaptive" as in MultinomialCore), ``max_iter``, ``tol``,
-    ``optimizer`` ("fmin_l_bfgs_b", a callable or None), ``n_restarts_optimizer``,
-    ``random_state``.
+    ``damping`` (float, or "adaptive" as in MultinomialCore), and MultinomialCore's
+    ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b", a callable or None),
+    ``n_restarts_optimizer``, ``random_state`` (no label noise, one shared kernel).
 
     After :meth:`fit`: ``kernel`` (fitted), ``Z`` (m, d) the inducing inputs (optimised or
     not), ``jitter`` (the K_mm jitter of the fit), ``result``
@@ -42,27 +42,11 @@ class SparseMultinomialCore:
     """
 
     def __init__(
-        self,
-        kernel,
-        inducing_points,
-        *,
-        optimize_inducing=True,
-        damping="adaptive",
-        max_iter=1000,
-        tol=1e-4,
-        optimizer="fmin_l_bfgs_b",
-        n_restarts_optimizer=0,
-        random_state=None,
+        self, kernel, inducing_points, *, optimize_inducing=True, damping="adaptive", **options
     ):
-        self.kernel = kernel
+        super().__init__(kernel, damping=damping, **options)
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
-        self.damping = damping
-        self.max_iter = max_iter
-        self.tol = tol
-        self.optimizer = optimizer
-        self.n_restarts_optimizer = n_restarts_optimizer
-        self.random_state = random_state
 
     # ------------------------------------------------------------- inference
     def _prior(self, kernel, Z):
@@ -84,7 +68,7 @@ class SparseMultinomialCore:
                 tol=self.tol, init=init, warn=False,
             )  # fmt: skip
 
-        return _multiclass.run_with_damping(run, self.damping, self.max_iter, init)
+        return _multinomial.run_with_damping(run, self.damping, self.max_iter, init)
 
     def fit(self, X, y, n_classes):
         """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""

@@ -1,4 +1,4 @@
-"""Sparse (FITC inducing-point) fitting for GPClassifier and StudentTGPRegressor.
+"""Sparse (FITC inducing-point) fitting shared by GPClassifier and StudentTGPRegressor.
 
 The estimators call into this module when ``inducing_points`` is not None; with None they
 keep their dense code path untouched.  The model is the FITC prior
@@ -30,16 +30,13 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep import diagnostics
 from robustep._config import get_config
-from robustep.ep.chain import warn_if_not_converged
 from robustep.estimators._optimizer import bounds_array
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
-    warn_if_stuck,
 )
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
 from robustep.posterior.sparse import FITCPrior
@@ -58,7 +55,6 @@ PREDICT_BATCH = 4096
 #: jitter on K_mm relative to the mean prior variance at the initial inducing inputs
 RELATIVE_JITTER = 1e-6
 
-GPC_SPARSE_METHODS = ("auto", "ep", "damped", "power", "rep")
 TGP_SPARSE_METHODS = ("auto", "ep", "fractional")
 
 
@@ -330,48 +326,8 @@ def _free_bounds(Z, optimize_inducing):
     return [(None, None)] * (Z.size if optimize_inducing else 0)
 
 
-# --------------------------------------------------------------------------- classifier
-def check_classifier(est):
-    """Raise ValueError for options the sparse classifier does not support."""
-    if getattr(est, "device", None) is not None:
-        raise ValueError(
-            "device and inducing_points cannot be combined yet; use device=None with "
-            "inducing_points, or inducing_points=None with device"
-        )
-    if est.method not in GPC_SPARSE_METHODS:
-        raise ValueError(
-            f"method={est.method!r} has no sparse (inducing-point) version; with "
-            f"inducing_points use method in {GPC_SPARSE_METHODS}, or inducing_points=None for "
-            f"method={est.method!r}"
-        )
-    if est.schedule != "parallel":
-        raise ValueError(
-            "schedule='sequential' needs the (n, n) posterior covariance, which the sparse "
-            "model never forms; use schedule='parallel' with inducing_points (or "
-            "inducing_points=None)"
-        )
-
-
-GPC_POWER_METHODS = ("auto", "ep", "damped")
+# --------------------------------------------------------------------------- shared
 TGP_POWER_METHODS = ("auto", "ep")
-
-
-def _classifier_infer(est, prior, init, alpha):
-    """est._infer on a FITC prior (α = 1), or power EP with power α < 1 (module docstring).
-
-    With α < 1, "auto" and "ep" are the engine's robust run (parallel EP, step halving,
-    double loop) and "damped" uses ``damping`` (0.5 for "adaptive")."""
-    if alpha == 1.0:
-        return est._infer(prior, init=init)
-    from robustep.ep.sparse_power import pseudo_point_power_ep
-
-    damping = 0.0
-    if est.method == "damped":
-        damping = 0.5 if est.damping == "adaptive" else float(est.damping)
-    return pseudo_point_power_ep(
-        prior, est._y_pm, est._likelihood_obj, inducing_power=alpha, damping=damping,
-        max_iter=est.max_iter, tol=est.tol, init=init,
-    )  # fmt: skip
 
 
 def _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha):
@@ -383,92 +339,6 @@ def _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha):
     from robustep.ep.sparse_power import pseudo_point_log_Z_gradient
 
     return pseudo_point_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
-
-
-def _latent(res, alpha):
-    """The result over the latent f (for attributes and LOO): res itself for α = 1."""
-    return res if alpha == 1.0 else res.latent_view()
-
-
-def fit_classifier(est):
-    """Sparse GPClassifier.fit after validation: sets the fitted attributes, returns est."""
-    from robustep._config import blas_thread_limit
-
-    check_classifier(est)
-    alpha = inducing_power_of(est, GPC_POWER_METHODS)
-    check_inducing_gradient(est, est.kernel_)
-    X = est.X_train_
-    Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
-    jitter = fixed_jitter(est.kernel_, Z)
-    est._sparse_jitter = jitter
-    lik = est._likelihood_obj
-    y = est._y_pm
-
-    def infer(kernel, Z, _lik, init):
-        return _classifier_infer(est, _prior(kernel, X, Z, jitter), init, alpha)
-
-    def gradient(res, kernel, Z, _lik, wrt_Z):
-        gk, _, gZ = _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha)
-        return gk, np.zeros(0), gZ
-
-    opt_Z = bool(est.optimize_inducing)
-    with blas_thread_limit(X.shape[0]):
-        res = None
-        if est.optimizer is not None and (est.kernel_.n_dims > 0 or opt_Z):
-            space = SearchSpace(infer, gradient, est.kernel_, Z, 0, opt_Z)
-            x0 = np.concatenate([est.kernel_.theta, Z.ravel() if opt_Z else []])
-            kb = [tuple(b) for b in np.asarray(est.kernel_.bounds).reshape(-1, 2)]
-            bounds = kb + _free_bounds(Z, opt_Z)
-            starts = restart_points(x0, bounds, est.n_restarts_optimizer, est.random_state,
-                                    n_coordinates=len(kb))  # fmt: skip
-            search = optimise(space, x0, bounds, starts, optimizer=est.optimizer)
-            kernel, _, Z = space.unpack(search.x)
-            est.kernel_ = kernel
-            est.optimizer_result_ = search
-            best_res = search.state
-            init = None if best_res is None else (best_res.site_precision, best_res.site_shift)
-        else:
-            init = None
-            est.optimizer_result_ = None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            res = _latent(infer(est.kernel_, Z, None, init), alpha)
-    est.inducing_points_ = np.array(Z, dtype=float)
-    est._result = res
-    est.converged_ = bool(res.converged)
-    est.n_iter_ = int(res.n_iter)
-    est.log_marginal_likelihood_value_ = float(res.log_Z)
-    est.site_precision_ = np.asarray(res.site_precision, dtype=float).copy()
-    est.site_shift_ = np.asarray(res.site_shift, dtype=float).copy()
-    if est.method == "rep":
-        info = getattr(res, "site_info", None) or {}
-        est.relaxation_b_ = np.asarray(info.get("b", np.zeros(X.shape[0])), dtype=float).copy()
-    est.method_used_ = getattr(res, "method_used", est.method)
-    # leave-one-out diagnostics from the cavities, as for the dense model
-    diagnostics.set_classifier_loo(est, res, lik, y)
-    warn_if_not_converged(est, res, f"sparse {est.method}", stacklevel=4)
-    warn_if_stuck(est.optimizer_result_, SEARCH_ADVICE, stacklevel=4)
-    return est
-
-
-def classifier_log_marginal_likelihood(est, theta, eval_gradient):
-    """GPClassifier.log_marginal_likelihood(theta) for a sparse fit (inducing inputs fixed)."""
-    alpha = inducing_power_of(est, GPC_POWER_METHODS)
-    kernel = est.kernel_.clone_with_theta(np.asarray(theta, dtype=float))
-    Z = est.inducing_points_
-    X = est.X_train_
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            res = _classifier_infer(est, _prior(kernel, X, Z, est._sparse_jitter), None, alpha)
-    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-        return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
-    value = float(res.log_Z)
-    if not eval_gradient:
-        return value
-    gk, _, _ = _log_Z_gradient(res, kernel, X, Z, est._likelihood_obj, est._y_pm, False, alpha)
-    return value, gk
 
 
 # --------------------------------------------------------------------------- regressor

@@ -1,8 +1,18 @@
-"""Binary Gaussian process classification with EP, damped EP, power EP, relaxed EP and Laplace.
+"""Binary and multi-class Gaussian process classification with EP and its variants.
 
-``GPClassifier`` is a thin scikit-learn shell over the EP engine
-(:func:`robustep.ep.expectation_propagation`), the REP site update
-(:mod:`robustep.ep.rep`) and the Laplace baseline (:mod:`robustep.baselines.laplace`).
+``GPClassifier`` is the public scikit-learn estimator; it composes private cores that
+return a fitted state and never write onto it (as scikit-learn's ``_gpc.py``):
+
+* two classes: :func:`robustep.estimators._binary_dense.fit_dense` (the dense prior, in
+  numpy or on a PyTorch ``device``) or :func:`robustep.estimators._binary_sparse.fit_sparse`
+  (the FITC prior of ``inducing_points``, in memory or over Dask chunks), each returning a
+  :class:`robustep.estimators._binary.BinaryFit`;
+* more than two classes: :func:`robustep.estimators._multiclass.fit_multiclass`, the
+  multinomial probit with nested EP or one-vs-rest over binary ``GPClassifier`` clones.
+
+``fit`` validates the input, picks the core, and sets the estimator's fitted attributes
+from the returned state in one place; the prediction methods validate X and delegate to
+the state.
 
 Model: latent f ~ GP(0, k), labels y ∈ {-1, +1} (two original labels mapped to ±1,
 ``classes_[1]`` is +1) with
@@ -18,39 +28,24 @@ probit Φ(μ*/√(1 + σ*²)) (Rasmussen & Williams eq. 3.80); step ε + (1 - 2�
 from __future__ import annotations
 
 import numbers
-import warnings
+from types import SimpleNamespace
 
 import numpy as np
-from scipy import linalg, special
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from robustep._config import get_config
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
-from robustep.ep.chain import warn_if_not_converged
-from robustep.estimators import _device
-from robustep.estimators._search import (
-    Evaluation,
-    EvaluationFailed,
-    draw_starts,
-    maximise_evidence,
-    warn_if_stuck,
-)
-from robustep.posterior import DensePrior
+from robustep.estimators import _binary, _device, _multiclass, _sparse
+from robustep.estimators._search import warn_if_stuck
 
 __all__ = ["GPClassifier"]
 
 _METHODS = ("auto", "ep", "damped", "power", "rep", "laplace")
-#: what a user can change when the evidence search could not move
-SEARCH_ADVICE = (
-    "pass another starting kernel, set n_restarts_optimizer > 0 (with finite kernel bounds) "
-    "or try method='power'"
-)
+#: fitted attributes set by validate_data before the fit's cores run
+_KEEP = ("n_features_in_", "feature_names_in_")
 
 
 def _validate(estimator, X, y="no_validation", reset=True):
@@ -72,12 +67,6 @@ def _two_integer_labels(y):
     if y.dtype.kind == "f" and not (np.all(np.isfinite(classes)) and np.all(classes % 1 == 0)):
         return None  # non-integer floats are continuous targets: binary_labels says so
     return classes, np.where(y == classes[1], 1.0, -1.0)
-
-
-def _ep_kernel_gradient(post, K_gradient):
-    """Explicit EP evidence gradient (p,) of the kernel's log hyperparameters:
-    ``post.kernel_gradient_contraction`` (Seeger 2005; :func:`robustep.ep.log_Z_gradient`)."""
-    return post.kernel_gradient_contraction(K_gradient)
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
@@ -102,8 +91,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         that converges; ``method_used_`` says which; a ConvergenceWarning only if all
         fail, naming what was tried).  Same approximation as "ep", whose fixed point it
         finds more often (docs/reliability.md, "method='auto'").
-        "ep": EP (robust parallel EP with the double-loop fallback of the engine,
-        exactly as before "auto" was the default); "damped": EP with damping
+        "ep": EP (robust parallel EP with the double-loop fallback of the engine);
+        "damped": EP with damping
         ``damping`` (weight on the old site) or,
         with ``damping="adaptive"``, restarts in blocks of 50 sweeps that move the
         damping halfway to 1 whenever the largest site change did not shrink during
@@ -296,184 +285,24 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = True  # > 2 classes: estimators/_multiclass.py
         return tags
 
-    # ------------------------------------------------------------- inference
-    def _make_likelihood(self):
-        from robustep.likelihoods import NoisyStep, Probit
-
-        if self.likelihood == "probit":
-            if self.label_noise != 0:
-                raise ValueError(
-                    "label_noise applies to likelihood='step'; set label_noise=0 for 'probit'"
-                )
-            return Probit()
-        return NoisyStep(float(self.label_noise))
-
-    def _infer(self, K, init=None):
-        """Run the chosen approximation on prior covariance K (n, n); returns the result object."""
-        lik = self._likelihood_obj
-        y = self._y_pm
-        if self.method == "laplace":
-            # probit is log-concave: Newton steps on B = I + W^1/2 K W^1/2 (one Cholesky
-            # each; R&W Alg. 3.1), warm-started from a previous alpha = K^-1 f
-            from robustep.baselines.laplace_logconcave import laplace_logconcave
-
-            return laplace_logconcave(K, y, lik, max_iter=max(self.max_iter, 1), init_alpha=init)
-        from robustep.ep import expectation_propagation
-
-        if isinstance(K, np.ndarray):
-            # K comes from a scikit-learn kernel, symmetric positive semi-definite by
-            # construction: skip the engine's O(n^3) check of K (one Cholesky per call);
-            # keep the O(n^2) finiteness test (a kernel can overflow)
-            if not np.isfinite(K).all():
-                raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
-            K = DensePrior(K, check=False)
-        # the subset start: the same fixed point, fewer O(n^3) sweeps (ep/subset_start.py);
-        # measured to pay for the probit likelihood only (docs/derivations/engine_floor.md §5)
-        min_n = get_config().subset_start_min_n
-        if (
-            init is None
-            and min_n is not None
-            and self.likelihood == "probit"
-            and self.schedule == "parallel"
-            and isinstance(K, DensePrior)
-            and K.n >= min_n
-        ):
-            init = "subset"
-        kwargs = dict(schedule=self.schedule, max_iter=self.max_iter, tol=self.tol, init=init)
-        if self.method == "auto":  # parallel -> damped -> double loop (ep/chain.py)
-            from robustep.ep import InferenceStrategy, run_chain
-
-            strategy = InferenceStrategy.auto(self.max_iter)
-            return run_chain(K, y, lik, strategy, schedule=self.schedule, tol=self.tol, init=init)
-        if self.method == "ep":
-            return expectation_propagation(K, y, lik, **kwargs)
-        if self.method == "power":
-            return expectation_propagation(K, y, lik, power=float(self.power), **kwargs)
-        if self.method == "rep":
-            from robustep.ep.rep import make_rep_update
-
-            return expectation_propagation(
-                K, y, lik, site_update=make_rep_update(float(self.relaxation)), **kwargs
-            )
-        # damped
-        if self.damping != "adaptive":
-            return expectation_propagation(K, y, lik, damping=float(self.damping), **kwargs)
-        return self._adaptive_damped(K, y, lik, init)
-
-    def _adaptive_damped(self, K, y, lik, init):
-        """Damped EP with adaptive damping (:class:`robustep.ep.AdaptiveDamping`: from 0.5,
-        moving halfway to 1 after each block of 50 sweeps without progress)."""
-        from robustep.ep import AdaptiveDamping, expectation_propagation
-
-        def block(damping, max_iter, init, max_factorisations):
-            return expectation_propagation(
-                K,
-                y,
-                lik,
-                schedule=self.schedule,
-                damping=damping,
-                max_iter=max_iter,
-                tol=self.tol,
-                init=init,
-                max_factorisations=max_factorisations,
-            )
-
-        return AdaptiveDamping().run(block, self.max_iter, init)
-
-    @staticmethod
-    def _log_evidence(res):
-        value = getattr(res, "log_Z", None)
-        if value is None:
-            value = res.log_marginal_likelihood
-        return float(value)
-
-    def _evaluate(self, theta, eval_gradient, init=None, search=False):
-        """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
-        the inference result, K).  ``search``: an evaluation of the evidence search, which
-        raises EvaluationFailed for a result that did not converge or whose evidence is not
-        finite (it has no valid evidence nor gradient) before computing the gradient."""
-        kernel = self.kernel_.clone_with_theta(theta)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            # a warm start that is invalid for the new hyperparameters restarts from the
-            # prior: an internal detail of the optimisation, not a problem of the user's
-            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            if self.device is not None:  # K (and dK) on the device (estimators/_device.py)
-                K, K_gradient = _device.prior(kernel, self.X_train_, self._like, eval_gradient)
-            elif eval_gradient:
-                K, K_gradient = kernel(self.X_train_, eval_gradient=True)
-            else:
-                K = kernel(self.X_train_)
-            res = self._infer(K, init=init)
-            value = self._log_evidence(res)
-            if search and not (np.isfinite(value) and res.converged):
-                raise EvaluationFailed
-            grad = None
-            if eval_gradient:
-                grad = np.asarray(self._gradient(res, K_gradient), dtype=float)
-        return value, grad, res, K
-
-    def _evidence_and_gradient(self, theta, eval_gradient):
-        """``log_marginal_likelihood(theta)``: -inf (and a zero gradient) where inference fails."""
-        try:
-            value, grad, _, _ = self._evaluate(theta, eval_gradient)
-        except (linalg.LinAlgError, ValueError, FloatingPointError):
-            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
-        return (value, grad) if eval_gradient else value
-
-    def _warm_state(self, res):
-        """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f."""
-        if self.method == "laplace":
-            return np.array(res.alpha, dtype=float)
-        return (np.array(res.site_precision), np.array(res.site_shift))
-
-    def _gradient(self, res, K_gradient):
-        """d log Z / d theta (p,) for the kernel's log hyperparameters, from (n, n, p) dK."""
-        if self.method == "laplace":
-            from robustep.baselines.laplace_logconcave import (
-                LogConcaveLaplaceResult,
-                laplace_logconcave_gradient,
-            )
-
-            if isinstance(res, LogConcaveLaplaceResult):
-                return laplace_logconcave_gradient(res, K_gradient)
-            from robustep.baselines.laplace import laplace_log_marginal_likelihood_gradient
-
-            grad, _ = laplace_log_marginal_likelihood_gradient(
-                res, K_gradient, self._likelihood_obj, self._y_pm
-            )
-            return grad
-        if self.device is not None:
-            return _device.ep_gradient(res, K_gradient)
-        post = getattr(res, "posterior", None)
-        if getattr(post, "_all_positive", False) and not self._likelihood_obj.hyperparameter_names:
-            return _ep_kernel_gradient(post, K_gradient)
-        from robustep.ep import log_Z_gradient
-
-        grad, _ = log_Z_gradient(res, K_gradient, self._likelihood_obj, self._y_pm)
-        return grad
-
     # -------------------------------------------------------------------- fit
     def fit(self, X, y):
         """Fit the GP classifier.
 
-        X : array (n, d); y : array (n,) with exactly two distinct labels.
-        Returns ``self``.
+        X : array (n, d) (or a ``dask.array`` chunked by rows, with ``inducing_points``);
+        y : array (n,) with two or more distinct labels.  Returns ``self``.
         """
         self._validate_params()
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
-        from robustep.estimators import _sparse
-
         if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
             X, y = _sparse.validate_dask(self, X, y, classifier=True)
         else:
             X, y = _validate(self, X, y, reset=True)
+        like = None
         if self.device is not None:  # binary, dense EP only (estimators/_device.py)
-            self._like = _device.check_fit(self, y)
-        from robustep.estimators import _multiclass
-
-        self._mc = None  # > 2 classes: the multinomial / one-vs-rest core
+            like = _device.check_fit(self, y)
+        params = SimpleNamespace(**self.get_params(deep=False))
         labels = _two_integer_labels(y)  # two integer labels: binary (no type_of_target)
         if self.inducing_power != 1 and self.inducing_points is None:
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
@@ -486,119 +315,49 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError("Dask inputs with more than two classes need "
                                  "multi_class='one_vs_rest' (binary sparse fits); compute X "
                                  "into memory for the multinomial model")  # fmt: skip
-            return _multiclass.fit_multiclass(self, X, y)
-        _multiclass.forget_multiclass(self)
-        if labels is None:
-            labels = binary_labels(y, type(self).__name__)
-        self.classes_, self._y_pm = labels
-        self._likelihood_obj = self._make_likelihood()
-        self.X_train_ = X if _sparse.is_dask_input(X) else np.asarray(X, dtype=float)
-        if self.kernel is None:
-            self.kernel_ = ConstantKernel(1.0) * RBF(1.0)
+            classes, state = _multiclass.fit_multiclass(params, X, y, self._fit_binary_clone)
         else:
-            self.kernel_ = clone(self.kernel)
-        if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
-            return _sparse.fit_classifier(self)
-        self.inducing_points_ = None
-
-        from robustep._config import blas_thread_limit
-
-        # BLAS threads as robustep.config(blas_threads=...) says (one thread for n <= 2000
-        # by default); the previous limits are restored on return
-        with blas_thread_limit(self.X_train_.shape[0]):
-            res, K = self._fit_inference()
-        self._result = res
-        self.converged_ = bool(res.converged)
-        self.n_iter_ = int(res.n_iter)
-        self.log_marginal_likelihood_value_ = self._log_evidence(res)
-        if self.method == "laplace":
-            self.site_precision_ = np.asarray(res.W, dtype=float).copy()
-            self.site_shift_ = self.site_precision_ * res.mode + res.grad_log_lik
-        else:
-            self.site_precision_ = np.asarray(res.site_precision, dtype=float).copy()
-            self.site_shift_ = np.asarray(res.site_shift, dtype=float).copy()
-        if self.method == "rep":
-            info = getattr(res, "site_info", None) or {}
-            self.relaxation_b_ = np.asarray(
-                info.get("b", np.zeros(self.X_train_.shape[0])), dtype=float
-            ).copy()
-        self.method_used_ = getattr(res, "method_used", self.method)
-        from robustep import diagnostics
-
-        diagnostics.set_classifier_loo(self, res, self._likelihood_obj, self._y_pm)
-        warn_if_not_converged(self, res, self.method)
-        warn_if_stuck(self.optimizer_result_, SEARCH_ADVICE)
+            classes, y_pm = binary_labels(y, type(self).__name__) if labels is None else labels
+            state = self._fit_binary(params, X, y_pm, like)
+        for name in list(vars(self)):  # fitted attributes of a previous fit
+            if name.endswith("_") and not name.startswith("_") and name not in _KEEP:
+                delattr(self, name)
+        self.classes_ = classes
+        for name, value in state.attributes.items():
+            setattr(self, name, value)
+        self._state = state
+        state.warn_if_not_converged(self, stacklevel=3)
+        warn_if_stuck(self.optimizer_result_, state.advice)
         return self
 
-    def _fit_inference(self):
-        """Optimise the kernel (if asked) and return the inference result at ``kernel_`` and K.
+    def _fit_binary(self, params, X, y_pm, like):
+        """The binary core's fitted state: sparse with ``inducing_points``, else dense."""
+        from robustep.estimators import _binary_dense, _binary_sparse
 
-        With the optimiser, the result is the best evaluation it made (warm-started from the
-        previous evaluation, converged to ``tol``): no separate final run.
-        """
-        theta, res, K = None, None, None
-        self.optimizer_result_ = None
-        if self.optimizer is not None and self.kernel_.n_dims > 0:
-            search = self._optimise_kernel()
-            self.optimizer_result_ = search
-            theta = search.x
-            if search.state is not None:
-                res, K = search.state
-        if res is None or not np.allclose(theta, self.kernel_.theta, rtol=0.0, atol=1e-12):
-            if self.device is None:
-                K = self.kernel_(self.X_train_)
-            else:
-                K = _device.prior(self.kernel_, self.X_train_, self._like)[0]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                res = self._infer(K)
-        return self._finite_or_prior(res, K), K
+        likelihood = _binary.make_likelihood(params)
+        X = X if _sparse.is_dask_input(X) else np.asarray(X, dtype=float)
+        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else clone(self.kernel)
+        if self.inducing_points is not None:  # sparse FITC model
+            state = _binary_sparse.fit_sparse(params, X, y_pm, likelihood, kernel)
+        else:
+            state = _binary_dense.fit_dense(params, X, y_pm, likelihood, kernel, like)
+        state.attributes["X_train_"] = X
+        return state
 
-    def _finite_or_prior(self, res, K):
-        """Keep ``res`` if its posterior is finite; otherwise fall back to the prior (sites = 0)."""
-        mean, var = np.asarray(res.mean), np.asarray(res.var)
-        if np.all(np.isfinite(mean)) and np.all(np.isfinite(var)) and np.all(var > 0):
-            return res
-        from robustep.ep import expectation_propagation
-
-        n = self.X_train_.shape[0]
-        prior = expectation_propagation(
-            K,
-            self._y_pm,
-            self._likelihood_obj,
-            max_iter=1,
-            tol=self.tol,
-            init=(np.zeros(n), np.zeros(n)),
-        )
-        prior.converged = False
-        return prior
-
-    def _optimise_kernel(self):
-        """The evidence search (estimators/_search.py); sets ``kernel_`` to its best point."""
-
-        def evaluate(theta, context):
-            value, grad, res, K = self._evaluate(theta, True, init=context.warm, search=True)
-            return Evaluation(value, grad, state=(res, K))
-
-        bounds = self.kernel_.bounds
-        rng = check_random_state(self.random_state) if self.n_restarts_optimizer else None
-        starts = draw_starts(self.kernel_.theta, bounds, self.n_restarts_optimizer, rng)
-        search = maximise_evidence(
-            evaluate,
-            self.kernel_.theta,
-            bounds,
-            optimizer=self.optimizer,
-            starts=starts,
-            warm_of=lambda state: self._warm_state(state[0]),
-        )
-        self.kernel_ = self.kernel_.clone_with_theta(search.x)
-        return search
+    def _fit_binary_clone(self, X, y):
+        """One-vs-rest's binary fit: a fitted clone of this (unfitted) estimator."""
+        return clone(self).fit(X, y)
 
     # --------------------------------------------------------------- predict
+    def _check_X(self, X):
+        check_is_fitted(self)
+        return _validate(self, X, reset=False)
+
     def log_marginal_likelihood(self, theta=None, eval_gradient=False):
         """Approximate log marginal likelihood (and its gradient w.r.t. log hyperparameters).
 
-        theta : (p,) log hyperparameters of ``kernel_`` or None (the fitted value).
+        theta : (p,) log hyperparameters of ``kernel_`` or None (the fitted value); with
+        ``inducing_points`` the fitted inducing inputs are held fixed.
         Returns the value, or ``(value, gradient (p,))`` when ``eval_gradient``.
         """
         check_is_fitted(self)
@@ -606,14 +365,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if eval_gradient:
                 raise ValueError("gradient can only be evaluated for theta != None")
             return self.log_marginal_likelihood_value_
-        theta = np.asarray(theta, dtype=float)
-        if getattr(self, "_mc", None) is not None:  # > 2 classes
-            return self._mc.log_marginal_likelihood(self, theta, eval_gradient)
-        if getattr(self, "inducing_points_", None) is not None:  # sparse: Z held fixed
-            from robustep.estimators import _sparse
-
-            return _sparse.classifier_log_marginal_likelihood(self, theta, eval_gradient)
-        return self._evidence_and_gradient(theta, eval_gradient)
+        return self._state.log_marginal_likelihood(np.asarray(theta, dtype=float), eval_gradient)
 
     def loo_score(self):
         """Mean leave-one-out log predictive density, mean_i log p(y_i | y_-i) (EP methods)."""
@@ -628,28 +380,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         With more than two classes: (m, c), one column per class (multinomial: the c latent
         GPs; one-vs-rest: each binary classifier's latent).
         """
-        if getattr(self, "_mc", None) is not None:
-            return self._mc.predict_latent(self, X, return_std)
-        check_is_fitted(self)
-        X = _validate(self, X, reset=False)
-        k_diag = self.kernel_.diag(X)
-        if self.device is not None:
-            mean, var = _device.predict_latent(
-                self.kernel_, X, self.X_train_, self._result, self._like
-            )
-        elif getattr(self, "inducing_points_", None) is not None:  # sparse: row batches
-            from robustep.estimators import _sparse
-
-            mean, var = _sparse.latent_moments(self._result, self.kernel_, self.inducing_points_, X)
-        else:
-            K_cross = self.kernel_(X, self.X_train_)
-            mean, var = self._result.predict(K_cross, k_diag)
-        mean = np.nan_to_num(np.asarray(mean, dtype=float), nan=0.0)
-        if not return_std:
-            return mean
-        var = np.asarray(var, dtype=float)
-        var = np.where(np.isfinite(var), np.maximum(var, 0.0), np.asarray(k_diag, float))
-        return mean, np.sqrt(var)
+        X = self._check_X(X)
+        return self._state.predict_latent(X, return_std)
 
     def decision_function(self, X):
         """Standardised latent score z (m,): predict_proba = Φ(z) (probit) or ε + (1-2ε)Φ(z) (step).
@@ -658,13 +390,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         ``classes_[1]``.  With more than two classes: scores (m, c) whose argmax is
         ``predict`` (multinomial: log predictive probabilities; one-vs-rest: each binary z).
         """
-        if getattr(self, "_mc", None) is not None:
-            return self._mc.decision_function(self, X)
-        mean, std = self.predict_latent(X, return_std=True)
-        if self.likelihood == "probit":
-            return mean / np.sqrt(1.0 + std**2)
-        tiny = np.finfo(float).tiny
-        return np.where(std > tiny, mean / np.maximum(std, tiny), np.sign(mean) * 1e300)
+        X = self._check_X(X)
+        return self._state.decision_function(X)
 
     def predict_proba(self, X):
         """Class probabilities (m, 2), columns ordered as ``classes_``.
@@ -672,16 +399,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         With c > 2 classes: (m, c), rows summing to 1 (multinomial: the multinomial probit
         integrated over the latent predictive; one-vs-rest: normalised binary probabilities).
         """
-        if getattr(self, "_mc", None) is not None:
-            return self._mc.predict_proba(self, X)
-        z = self.decision_function(X)
-        eps = 0.0 if self.likelihood == "probit" else float(self.label_noise)
-        p1 = eps + (1.0 - 2.0 * eps) * special.ndtr(z)
-        return np.column_stack([1.0 - p1, p1])
+        X = self._check_X(X)
+        return self._state.predict_proba(X)
 
     def predict(self, X):
         """Predicted labels (m,) in the original label set."""
-        if getattr(self, "_mc", None) is not None:
-            return self.classes_[np.argmax(self._mc.predict_proba(self, X), axis=1)]
-        z = self.decision_function(X)
-        return self.classes_[(z > 0).astype(int)]
+        X = self._check_X(X)
+        return self.classes_[self._state.predict_index(X)]

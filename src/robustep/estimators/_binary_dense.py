@@ -1,0 +1,249 @@
+"""The dense binary GP classification core: K in memory (numpy) or on a PyTorch device.
+
+:func:`fit_dense` returns a :class:`robustep.estimators._binary.BinaryFit`.  The prior
+is built by :func:`robustep.posterior.factory.make_prior` in one representation chosen
+once per fit: ``"dense"`` (a DensePrior of K in numpy) or ``"array"`` (an ArrayPrior of
+K on ``device``, estimators/_device.py).  With an optimizer the kernel's log
+hyperparameters maximise the approximate evidence by the one evidence search
+(estimators/_search.py) with its analytic gradient: EP's explicit gradient (Seeger 2005;
+:func:`robustep.ep.log_Z_gradient`) or Laplace's (R&W eq. 5.23).  Each evaluation
+warm-starts from the previous one's state, and the fit is the best evaluation itself.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+
+from robustep.estimators._binary import (
+    BinaryCore,
+    BinaryFit,
+    fitted_attributes,
+    log_evidence,
+    run_inference,
+)
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    maximise_evidence,
+)
+from robustep.posterior.factory import make_prior
+
+__all__ = ["DenseBinaryCore", "fit_dense"]
+
+#: what a user can change when the evidence search could not move
+SEARCH_ADVICE = (
+    "pass another starting kernel, set n_restarts_optimizer > 0 (with finite kernel bounds) "
+    "or try method='power'"
+)
+
+
+def _numpy_kernel_gradient(kernel, X, options):
+    return kernel(X, eval_gradient=True)[1]
+
+
+def _array_kernel_gradient(kernel, X, options):
+    from robustep.kernels.array import kernel_matrix
+
+    return kernel_matrix(kernel, X, like=options["like"], eval_gradient=True)[1]
+
+
+def _numpy_latent(result, kernel, X_train, X, options):
+    return result.predict(kernel(X, X_train), kernel.diag(X))
+
+
+def _array_latent(result, kernel, X_train, X, options):
+    from robustep.estimators import _device
+
+    return _device.predict_latent(kernel, X, X_train, result, options["like"])
+
+
+def _numpy_ep_gradient(res, K_gradient, likelihood, y):
+    post = getattr(res, "posterior", None)
+    if getattr(post, "_all_positive", False) and not likelihood.hyperparameter_names:
+        return post.kernel_gradient_contraction(K_gradient)
+    from robustep.ep import log_Z_gradient
+
+    return log_Z_gradient(res, K_gradient, likelihood, y)[0]
+
+
+def _array_ep_gradient(res, K_gradient, likelihood, y):
+    return res.posterior.kernel_gradient_contraction(K_gradient)
+
+
+@dataclass(frozen=True)
+class _Representation:
+    """A dense prior representation: its make_prior name and options, dK/dlog theta in
+    the same array library, the EP evidence gradient and the latent predictive."""
+
+    name: str
+    options: dict
+    kernel_gradient: object
+    ep_gradient: object
+    latent: object
+
+
+def representation(like=None) -> _Representation:
+    """``"dense"`` (numpy) for ``like=None``, else ``"array"`` on ``like``'s device."""
+    if like is None:
+        return _Representation("dense", {}, _numpy_kernel_gradient, _numpy_ep_gradient,
+                               _numpy_latent)  # fmt: skip
+    return _Representation("array", {"like": like}, _array_kernel_gradient,
+                           _array_ep_gradient, _array_latent)  # fmt: skip
+
+
+class DenseBinaryCore(BinaryCore):
+    """Binary inference on a dense prior at any log hyperparameters of a kernel.
+
+    Parameters
+    ----------
+    params : the classifier's parameters (GPClassifier's ``get_params``, as attributes).
+    X : (n, d) training inputs; y : (n,) labels ±1; likelihood : the likelihood object.
+    kernel : the starting kernel (not modified).
+    rep : the prior representation (:func:`representation`).
+    """
+
+    def __init__(self, params, X, y, likelihood, kernel, rep):
+        super().__init__(params, X, y, likelihood)
+        self.kernel = kernel
+        self.rep = rep
+
+    def prior(self, kernel):
+        """The prior of ``kernel`` at X in this core's representation."""
+        return make_prior(kernel, self.X, self.rep.name, **self.rep.options)
+
+    def infer(self, prior, init=None):
+        """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`)."""
+        return run_inference(self.params, prior, self.y, self.likelihood, init)
+
+    def evaluate(self, theta, eval_gradient, init=None, search=False):
+        """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
+        the inference result, the prior).  ``search``: an evaluation of the evidence search,
+        which raises EvaluationFailed for a result that did not converge or whose evidence
+        is not finite, before computing the gradient."""
+        kernel = self.kernel.clone_with_theta(theta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            # a warm start that is invalid for the new hyperparameters restarts from the
+            # prior: an internal detail of the optimisation, not a problem of the user's
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            prior = self.prior(kernel)
+            res = self.infer(prior, init=init)
+            value = log_evidence(res)
+            if search and not (np.isfinite(value) and res.converged):
+                raise EvaluationFailed
+            grad = None
+            if eval_gradient:
+                K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
+                grad = np.asarray(self.gradient(res, K_gradient), dtype=float)
+        return value, grad, res, prior
+
+    def gradient(self, res, K_gradient):
+        """d log Z / d theta (p,) for the kernel's log hyperparameters, from dK."""
+        if self.params.method == "laplace":
+            from robustep.baselines.laplace_logconcave import (
+                LogConcaveLaplaceResult,
+                laplace_logconcave_gradient,
+            )
+
+            if isinstance(res, LogConcaveLaplaceResult):
+                return laplace_logconcave_gradient(res, K_gradient)
+            from robustep.baselines.laplace import laplace_log_marginal_likelihood_gradient
+
+            return laplace_log_marginal_likelihood_gradient(
+                res, K_gradient, self.likelihood, self.y
+            )[0]
+        return self.rep.ep_gradient(res, K_gradient, self.likelihood, self.y)
+
+    def warm_state(self, res):
+        """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f."""
+        if self.params.method == "laplace":
+            return np.array(res.alpha, dtype=float)
+        return (np.array(res.site_precision), np.array(res.site_shift))
+
+    def latent(self, fit, X):
+        """The latent predictive mean and variance (m,) of ``fit`` at X (m, d)."""
+        return self.rep.latent(fit.result, fit.kernel, self.X, X, self.rep.options)
+
+    def evidence(self, fit, theta, eval_gradient=False):
+        """:meth:`log_marginal_likelihood` around ``fit``'s kernel."""
+        return self.log_marginal_likelihood(theta, eval_gradient)
+
+    def log_marginal_likelihood(self, theta, eval_gradient=False):
+        """The log evidence at ``theta`` (and its gradient): -inf (zero gradient) where
+        inference fails."""
+        try:
+            value, grad, _, _ = self.evaluate(theta, eval_gradient)
+        except (linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        return (value, grad) if eval_gradient else value
+
+    def optimise(self):
+        """The evidence search (estimators/_search.py) from ``kernel``'s theta."""
+        params = self.params
+
+        def evaluate(theta, context):
+            value, grad, res, prior = self.evaluate(theta, True, init=context.warm, search=True)
+            return Evaluation(value, grad, state=(res, prior))
+
+        bounds = self.kernel.bounds
+        rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
+        starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
+        return maximise_evidence(
+            evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
+            warm_of=lambda state: self.warm_state(state[0]),
+        )  # fmt: skip
+
+    def finite_or_prior(self, res, prior):
+        """``res`` if its posterior is finite; otherwise the prior (sites = 0)."""
+        mean, var = np.asarray(res.mean), np.asarray(res.var)
+        if np.all(np.isfinite(mean)) and np.all(np.isfinite(var)) and np.all(var > 0):
+            return res
+        from robustep.ep import expectation_propagation
+
+        n = self.X.shape[0]
+        fallback = expectation_propagation(prior, self.y, self.likelihood, max_iter=1,
+                                           tol=self.params.tol,
+                                           init=(np.zeros(n), np.zeros(n)))  # fmt: skip
+        fallback.converged = False
+        return fallback
+
+
+def fit_dense(params, X, y, likelihood, kernel, like=None):
+    """Fit the dense binary model; returns its :class:`BinaryFit`.
+
+    Parameters
+    ----------
+    params : the classifier's parameters; X : (n, d) float inputs; y : (n,) labels ±1;
+    likelihood : the likelihood object; kernel : the starting kernel (a clone);
+    like : None (numpy) or the template array of ``device`` (estimators/_device.py).
+    """
+    from robustep._config import blas_thread_limit
+
+    rep = representation(like)
+    core = DenseBinaryCore(params, X, y, likelihood, kernel, rep)
+    search, res, prior = None, None, None
+    # BLAS threads as robustep.config(blas_threads=...) says (one thread for n <= 2000
+    # by default); the previous limits are restored on return
+    with blas_thread_limit(X.shape[0]):
+        if params.optimizer is not None and kernel.n_dims > 0:
+            search = core.optimise()
+            core.kernel = kernel = kernel.clone_with_theta(search.x)
+            if search.state is not None:
+                res, prior = search.state
+        if res is None or not np.allclose(search.x, kernel.theta, rtol=0.0, atol=1e-12):
+            prior = core.prior(kernel)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = core.infer(prior)
+        res = core.finite_or_prior(res, prior)
+    attrs = fitted_attributes(params, res, likelihood, y)
+    attrs.update(kernel_=kernel, inducing_points_=None, optimizer_result_=search)
+    eps = None if params.likelihood == "probit" else float(params.label_noise)
+    return BinaryFit(kernel, res, attrs, core, eps, params.method, SEARCH_ADVICE)

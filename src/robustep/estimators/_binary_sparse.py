@@ -1,0 +1,179 @@
+"""The sparse binary GP classification core: the FITC prior in memory or over Dask chunks.
+
+:func:`fit_sparse` returns a :class:`robustep.estimators._binary.BinaryFit`.  The prior is
+built by :func:`robustep.posterior.factory.make_prior` in one representation chosen once
+per fit: ``"fitc"`` (in-memory X) or ``"dask"`` (X a ``dask.array`` chunked by rows), both
+on inducing inputs Z with the K_mm jitter fixed for the whole fit
+(:func:`robustep.estimators._sparse.fixed_jitter`).  EP runs on it as on a dense prior
+(:func:`robustep.estimators._binary.run_inference`); ``inducing_power=α < 1`` runs power
+EP on the pseudo-point posterior instead (Bui, Yan & Turner 2017;
+:mod:`robustep.ep.sparse_power`, docs/derivations/sparse.md §8).  The evidence search runs
+over the kernel's log hyperparameters and, with ``optimize_inducing``, Z (FITC-EP: eq.
+S14; power EP: P10, P11).  Predictions are made in row batches (O(batch m) memory).
+"""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from robustep.estimators import _sparse
+from robustep.estimators._binary import BinaryCore, BinaryFit, fitted_attributes, run_inference
+from robustep.posterior.factory import make_prior
+
+__all__ = ["check_sparse", "fit_sparse"]
+
+#: GPClassifier methods with a sparse version, and those that combine with α < 1
+SPARSE_METHODS = ("auto", "ep", "damped", "power", "rep")
+POWER_METHODS = ("auto", "ep", "damped")
+
+
+def check_sparse(params):
+    """Raise ValueError for options the sparse classifier does not support."""
+    if params.device is not None:
+        raise ValueError(
+            "device and inducing_points cannot be combined yet; use device=None with "
+            "inducing_points, or inducing_points=None with device"
+        )
+    if params.method not in SPARSE_METHODS:
+        raise ValueError(
+            f"method={params.method!r} has no sparse (inducing-point) version; with "
+            f"inducing_points use method in {SPARSE_METHODS}, or inducing_points=None for "
+            f"method={params.method!r}"
+        )
+    if params.schedule != "parallel":
+        raise ValueError(
+            "schedule='sequential' needs the (n, n) posterior covariance, which the sparse "
+            "model never forms; use schedule='parallel' with inducing_points (or "
+            "inducing_points=None)"
+        )
+
+
+class SparseBinaryCore(BinaryCore):
+    """Binary inference on the FITC prior at any (kernel, Z).
+
+    Parameters
+    ----------
+    params : the classifier's parameters; X : (n, d) inputs (numpy or dask.array);
+    y : (n,) labels ±1; likelihood : the likelihood object; jitter : the fixed K_mm
+    jitter; alpha : the inducing power α (1: FITC-EP).
+    """
+
+    def __init__(self, params, X, y, likelihood, jitter, alpha):
+        super().__init__(params, X, y, likelihood)
+        self.jitter = jitter
+        self.alpha = alpha
+        self.representation = "dask" if _sparse.is_dask_input(X) else "fitc"
+
+    def infer(self, kernel, Z, init=None):
+        """EP on the FITC prior (α = 1), or power EP with power α < 1 on the pseudo-point
+        posterior ("auto" and "ep": the engine's robust run; "damped": ``damping``, 0.5
+        for "adaptive")."""
+        prior = make_prior(kernel, self.X, self.representation, inducing_inputs=Z,
+                           jitter=self.jitter)  # fmt: skip
+        if self.alpha == 1.0:
+            return run_inference(self.params, prior, self.y, self.likelihood, init)
+        from robustep.ep.sparse_power import pseudo_point_power_ep
+
+        params = self.params
+        damping = 0.0
+        if params.method == "damped":
+            damping = 0.5 if params.damping == "adaptive" else float(params.damping)
+        return pseudo_point_power_ep(
+            prior, self.y, self.likelihood, inducing_power=self.alpha, damping=damping,
+            max_iter=params.max_iter, tol=params.tol, init=init,
+        )  # fmt: skip
+
+    def gradient(self, res, kernel, Z, wrt_Z):
+        """(d/d theta (p,), d/dZ (m, d) or empty) of log Z."""
+        gk, _, gZ = _sparse._log_Z_gradient(res, kernel, self.X, Z, self.likelihood, self.y,
+                                            wrt_Z, self.alpha)  # fmt: skip
+        return gk, gZ
+
+    def latent(self, fit, X):
+        """The latent predictive mean and variance (m,) of ``fit`` at X (m, d), in row
+        batches of ``PREDICT_BATCH``."""
+        return _sparse.latent_moments(fit.result, fit.kernel, self._Z(fit), X)
+
+    def evidence(self, fit, theta, eval_gradient=False):
+        """log Z at log hyperparameters ``theta`` with ``fit``'s inducing inputs fixed (and
+        its gradient (p,))."""
+        kernel = fit.kernel.clone_with_theta(np.asarray(theta, dtype=float))
+        Z = self._Z(fit)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = self.infer(kernel, Z)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+        value = float(res.log_Z)
+        if not eval_gradient:
+            return value
+        return value, self.gradient(res, kernel, Z, False)[0]
+
+    @staticmethod
+    def _Z(fit):
+        return fit.attributes["inducing_points_"]
+
+    def search(self, kernel, Z, opt_Z):
+        """The evidence search over [theta, vec(Z)] (estimators/_sparse.py's SearchSpace)."""
+        params = self.params
+
+        def infer(kernel, Z, _lik, init):
+            return self.infer(kernel, Z, init)
+
+        def gradient(res, kernel, Z, _lik, wrt_Z):
+            gk, gZ = self.gradient(res, kernel, Z, wrt_Z)
+            return gk, np.zeros(0), gZ
+
+        space = _sparse.SearchSpace(infer, gradient, kernel, Z, 0, opt_Z)
+        x0 = np.concatenate([kernel.theta, Z.ravel() if opt_Z else []])
+        kb = [tuple(b) for b in np.asarray(kernel.bounds).reshape(-1, 2)]
+        bounds = kb + _sparse._free_bounds(Z, opt_Z)
+        starts = _sparse.restart_points(x0, bounds, params.n_restarts_optimizer,
+                                        params.random_state, n_coordinates=len(kb))  # fmt: skip
+        search = _sparse.optimise(space, x0, bounds, starts, optimizer=params.optimizer)
+        kernel, _, Z = space.unpack(search.x)
+        return search, kernel, Z
+
+
+def fit_sparse(params, X, y, likelihood, kernel):
+    """Fit the sparse binary model (after validation); returns its :class:`BinaryFit`.
+
+    Parameters
+    ----------
+    params : the classifier's parameters; X : (n, d) float array or dask.array;
+    y : (n,) labels ±1; likelihood : the likelihood object; kernel : the starting kernel.
+    """
+    from robustep._config import blas_thread_limit
+
+    check_sparse(params)
+    # α, validated: α < 1 takes methods "auto", "ep", "damped" and in-memory X only
+    alpha = _sparse.inducing_power_of(SimpleNamespace(**vars(params), X_train_=X),
+                                      POWER_METHODS)  # fmt: skip
+    _sparse.check_inducing_gradient(params, kernel)
+    Z = _sparse.resolve_inducing_points(params.inducing_points, X, params.random_state)
+    core = SparseBinaryCore(params, X, y, likelihood, _sparse.fixed_jitter(kernel, Z), alpha)
+    opt_Z = bool(params.optimize_inducing)
+    search, init = None, None
+    with blas_thread_limit(X.shape[0]):
+        if params.optimizer is not None and (kernel.n_dims > 0 or opt_Z):
+            search, kernel, Z = core.search(kernel, Z, opt_Z)
+            if search.state is not None:
+                init = (search.state.site_precision, search.state.site_shift)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            res = core.infer(kernel, Z, init)
+    # the result over the latent f (attributes, LOO and predictions)
+    res = res if alpha == 1.0 else res.latent_view()
+    Z = np.array(Z, dtype=float)
+    attrs = fitted_attributes(params, res, likelihood, y)
+    attrs.update(kernel_=kernel, inducing_points_=Z, optimizer_result_=search)
+
+    eps = None if params.likelihood == "probit" else float(params.label_noise)
+    return BinaryFit(kernel, res, attrs, core, eps, f"sparse {params.method}",
+                     _sparse.SEARCH_ADVICE)  # fmt: skip
