@@ -423,6 +423,11 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             )
 
     # -------------------------------------------------------------- predict
+    def _predictive_mixture(self, X):
+        """The predictive of y at validated X (m, d) in standardised units, a
+        :class:`robustep.likelihoods.PredictiveMixture` over the EP3 grid or MCMC draws."""
+        return predictive.predictive(self._fit, self._core, X, self._X, self._like)
+
     def predict_quantiles(self, X, q):
         """Quantiles of the predictive distribution of the *observation* y at X.
 
@@ -445,7 +450,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         if qa.size == 0 or not np.all(np.isfinite(qa)) or np.any((qa < 0) | (qa > 1)):
             raise ValueError(f"q must contain probabilities in [0, 1], got {q!r}")
         X = _validate(self, X, reset=False)
-        Q = predictive.predictive(self._fit, self._core, X, self._X, self._like).quantiles(qa)
+        Q = self._predictive_mixture(X).quantiles(qa)
         Q = Q * self._y_std + self._y_mean
         return Q[:, 0] if scalar else Q
 
@@ -500,8 +505,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         if self._fit.mcmc is not None:
             lp = self._fit.mcmc.log_predictive_density(X, ys, max_draws=predictive.MCMC_DRAWS)
         else:
-            mixture = predictive.predictive(self._fit, self._core, X, self._X, self._like)
-            lp = mixture.log_density(ys)
+            lp = self._predictive_mixture(X).log_density(ys)
         return lp - np.log(self._y_std)
 
     def loo_score(self):

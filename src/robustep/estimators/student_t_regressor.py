@@ -254,3 +254,36 @@ class StudentTGPRegressor(GPRegressor):
         super()._set_likelihood_attributes(likelihood)
         self.df_ = float(likelihood.df)
         self.scale_ = float(likelihood.scale)
+
+    # ------------------------------------------- the core at fixed (df, scale)
+    def _inference_core(self):
+        from robustep.estimators._regressor_inference import InferenceCore
+
+        return InferenceCore(self.method, float(self.power), self._y, self.device)
+
+    def _infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+        """The method's inference on prior K at StudentT(df, scale) and the targets
+        ``self._y`` (:meth:`InferenceCore.infer
+        <robustep.estimators._regressor_inference.InferenceCore.infer>`)."""
+        lik = StudentT(df=float(df), scale=float(scale))
+        return self._inference_core().infer(K, lik, warm, max_iter, tol, search)
+
+    def _gradient(self, res, K_gradient, df, scale):
+        """(d/dlog theta_kernel (p,), d/dlog nu, d/dlog sigma) of the approximate evidence."""
+        lik = StudentT(df=float(df), scale=float(scale))
+        gk, gl = self._inference_core().gradient(res, K_gradient, lik)
+        return gk, gl.get("df", 0.0), gl.get("scale", 0.0)
+
+    @property
+    def _components(self):
+        """The fitted components as dicts: kernel, df, scale, res."""
+        return [
+            {"kernel": c.kernel, "df": float(c.likelihood.df),
+             "scale": float(c.likelihood.scale), "res": c.res}
+            for c in self._fit.components
+        ]  # fmt: skip
+
+    @property
+    def _mcmc(self):
+        """The MCMC result of a ``method="mcmc"`` fit (None otherwise)."""
+        return self._fit.mcmc
