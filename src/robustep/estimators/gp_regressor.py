@@ -423,6 +423,10 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             )
 
     # -------------------------------------------------------------- predict
+    def _component_moments(self, X):
+        """Per-component latent (means (J, m), vars (J, m)) at validated X, standardised."""
+        return predictive.component_moments(self._fit, X, self._X, self._like)
+
     def _predictive_mixture(self, X):
         """The predictive of y at validated X (m, d) in standardised units, a
         :class:`robustep.likelihoods.PredictiveMixture` over the EP3 grid or MCMC draws."""
@@ -482,7 +486,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = _validate(self, X, reset=False)
-        M, V = predictive.component_moments(self._fit, X, self._X, self._like)
+        M, V = self._component_moments(X)
         w = self._fit.weights[:, None]
         mean = np.sum(w * M, axis=0)
         var = np.sum(w * (V + M**2), axis=0) - mean**2
