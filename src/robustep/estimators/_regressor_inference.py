@@ -54,14 +54,20 @@ def check_method(method, likelihood, df_grid=False):
             )
     if method == "laplace" and not has_derivatives(likelihood):
         raise ValueError(
-            f"method='laplace' needs log_prob_derivatives, which {name} does not implement; "
-            f"use method in {supported_methods(likelihood)}"
+            f"method='laplace' needs log_prob_derivatives with a nonzero second derivative "
+            f"(the curvature of log p(y | f)), which {name} does not have; use method in "
+            f"{supported_methods(likelihood)}"
         )
 
 
 def has_derivatives(likelihood) -> bool:
-    """Whether ``likelihood`` implements ``log_prob_derivatives`` (the Laplace method)."""
-    return type(likelihood).log_prob_derivatives is not Likelihood.log_prob_derivatives
+    """Whether ``likelihood`` gives the Laplace method what it needs: an implemented
+    ``log_prob_derivatives`` whose second derivative is not identically 0 (the Laplace
+    likelihood's is 0 away from its kink, so its sites would carry no curvature)."""
+    if type(likelihood).log_prob_derivatives is Likelihood.log_prob_derivatives:
+        return False
+    _, _, d2, _ = likelihood.log_prob_derivatives(np.array([1.0, -1.0]), np.array([0.3, 0.2]))
+    return bool(np.any(np.asarray(d2) != 0))
 
 
 def supported_methods(likelihood) -> tuple[str, ...]:
