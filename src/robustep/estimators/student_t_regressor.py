@@ -221,26 +221,19 @@ class StudentTGPRegressor(GPRegressor):
         inducing_power=1.0,
         likelihood_bounds=None,
     ):
-        self.kernel = kernel
+        super().__init__(
+            kernel, likelihood_bounds=likelihood_bounds, method=method, power=power,
+            df_grid=df_grid, optimizer=optimizer, n_restarts_optimizer=n_restarts_optimizer,
+            normalize_y=normalize_y, n_samples=n_samples, mcmc_hyper_every=mcmc_hyper_every,
+            mcmc_hyper_sampler=mcmc_hyper_sampler, random_state=random_state,
+            inducing_points=inducing_points, optimize_inducing=optimize_inducing,
+            device=device, dtype=dtype, inducing_power=inducing_power,
+        )  # fmt: skip
+        # the likelihood is the Student-t, whose df and scale are this class's parameters
+        del self.likelihood
         self.df = df
         self.scale = scale
-        self.method = method
-        self.power = power
         self.optimize_df = optimize_df
-        self.df_grid = df_grid
-        self.optimizer = optimizer
-        self.n_restarts_optimizer = n_restarts_optimizer
-        self.normalize_y = normalize_y
-        self.n_samples = n_samples
-        self.mcmc_hyper_every = mcmc_hyper_every
-        self.mcmc_hyper_sampler = mcmc_hyper_sampler
-        self.random_state = random_state
-        self.inducing_points = inducing_points
-        self.optimize_inducing = optimize_inducing
-        self.device = device
-        self.dtype = dtype
-        self.inducing_power = inducing_power
-        self.likelihood_bounds = likelihood_bounds
 
     def _likelihood_and_bounds(self):
         """StudentT(df, scale); nu is searched only with ``optimize_df``."""
