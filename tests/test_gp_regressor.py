@@ -206,3 +206,31 @@ def test_likelihood_of_the_wrong_type_is_refused():
     X, y = _laplace_data(10)
     with pytest.raises((ValueError, TypeError), match="likelihood"):
         GPRegressor(likelihood=3).fit(X, y)
+
+
+# ------------------------------------------------------------ sparse model, LOO glue
+def test_sparse_laplace_regressor_learns_its_scale():
+    X, y = _laplace_data(120, seed=7)
+    dense = GPRegressor(_kernel(), likelihood="laplace").fit(X, y)
+    sparse = GPRegressor(_kernel(), likelihood="laplace", inducing_points=15, random_state=0)
+    sparse.fit(X, y)
+    assert sparse.inducing_points_.shape == (15, 1) and sparse.converged_
+    assert sparse.likelihood_.scale != 0.5
+    assert sparse.likelihood_.scale == pytest.approx(dense.likelihood_.scale, rel=0.2)
+    assert np.all(np.isfinite(sparse.loo_log_predictive_))
+
+
+def test_set_regressor_loo_takes_the_estimators_components():
+    """diagnostics.set_regressor_loo with (result, likelihood) pairs, or with the
+    (result, likelihood, df, scale) tuples it also accepts, sets what fit sets."""
+    from robustep import diagnostics
+
+    X, y = _laplace_data(30, seed=8)
+    est = StudentTGPRegressor(_kernel(), df=3.0).fit(X, y)
+    res, lik = est._fit.components[0].res, est.likelihood_
+    for comps in ([(res, lik)], [(res, lik, lik.df, lik.scale)]):
+        other = StudentTGPRegressor()
+        diagnostics.set_regressor_loo(other, comps, np.ones(1), est._y, est._y_mean, est._y_std)
+        np.testing.assert_array_equal(other.loo_log_predictive_, est.loo_log_predictive_)
+        np.testing.assert_array_equal(other.loo_interval_[1], est.loo_interval_[1])
+        np.testing.assert_array_equal(other.outlier_scores_, est.outlier_scores_)
