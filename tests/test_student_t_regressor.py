@@ -134,7 +134,7 @@ def test_ep3_grid_weights():
 
 
 def test_ep3_grid_order_walks_up_from_the_smallest_df():
-    from robustep.estimators.student_t_regressor import _df_grid_order
+    from robustep.estimators._regressor_grid import df_grid_order as _df_grid_order
 
     grid = default_df_grid()
     order = _df_grid_order(grid)
@@ -147,8 +147,8 @@ def test_ep3_grid_order_walks_up_from_the_smallest_df():
 
 
 def test_ep3_optimises_every_grid_value():
-    """Each grid value gets its own search (not just the first): issue 12 §2 found the
-    small-nu values left at their starting point when their first evaluation failed."""
+    """Each grid value gets its own search (not just the first), also the small-nu values
+    whose first evaluation may fail, which must not stay at their starting point."""
     X, y, _, _, _ = _data(n=30)
     grid = [1.5, 2.5, 4.0, 8.0]
     est = StudentTGPRegressor(method="ep", df_grid=grid).fit(X, y)
@@ -330,7 +330,7 @@ def test_convergence_warning(monkeypatch):
     assert np.all(np.isfinite(est.predict(X)))
 
 
-# ------------------------------------------------ issue 17 §5: predictions of y, bounds
+# ------------------------------------------------ predictions of y, bounds
 def test_one_point_fit_warns_hyperparameters_at_bounds():
     with pytest.warns(ConvergenceWarning, match="on their bounds"):
         est = StudentTGPRegressor().fit([[0.0]], [1.0])

@@ -19,10 +19,10 @@ Type-II MAP (§6.2): the kernel hyperparameters, sigma (``scale``) and, with
 log log nu (so the MAP is the maximum of the approximate marginal likelihood in
 those coordinates; nu is kept in [1.05, 1000] and sigma in [0.01, 100] standardised
 units unless ``likelihood_bounds`` says otherwise — the lower bound keeps EP away from
-near-noise-free fits where it converges
-very slowly; during the search EP is warm-started from the previous evaluation's
-sites, runs at most 30 sweeps to a site tolerance of 1e-2 per evaluation, and a
-non-converged evaluation counts as failed; the final fit runs to 1e-4).
+near-noise-free fits where it converges very slowly; during the search EP is
+warm-started from the previous evaluation's sites, runs at most 30 sweeps to a site
+tolerance of 1e-2 per evaluation, and a non-converged evaluation counts as failed; the
+final fit runs to 1e-4).
 ``df_grid`` gives EP3: nu fixed at 15 values log-log spaced in [1.5, 20], the
 other hyperparameters optimised for each (in increasing nu, each warm-started from the
 previous value's mode and EP sites; ``n_restarts_optimizer`` random restarts at the
@@ -44,7 +44,6 @@ import numbers
 from sklearn.utils._param_validation import Interval
 
 from robustep.estimators._regressor_grid import default_df_grid
-from robustep.estimators._regressor_grid import df_grid_order as _df_grid_order  # noqa: F401
 from robustep.estimators._regressor_predictive import student_t_gaussian_quantiles
 from robustep.estimators._regressor_search import DEFAULT_BOUNDS, resolve_bounds
 from robustep.estimators.gp_regressor import GPRegressor
