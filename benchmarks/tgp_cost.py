@@ -51,20 +51,20 @@ import numpy as np
 
 
 class SearchRunLog:
-    """Records every search EP run of StudentTGPRegressor (wraps ``_infer`` and counts
+    """Records every search EP run of StudentTGPRegressor (wraps the core's ``infer`` and counts
     ``DensePrior.posterior`` calls) while installed."""
 
     def __init__(self):
-        import robustep.estimators.student_t_regressor as regressor
+        from robustep.estimators._regressor_inference import InferenceCore
         from robustep.posterior import DensePrior
 
-        self.regressor, self.prior_cls = regressor, DensePrior
+        self.core_cls, self.prior_cls = InferenceCore, DensePrior
         # (outcome, CPU s, factorisations); outcome: converged or failed (either "in the
         # double loop" when the run entered it), or budget (out of factorisations; an
         # "auto" run that ran out in a stage counts as failed)
         self.runs = []
         self.factorisations = 0
-        self._infer = regressor.StudentTGPRegressor._infer
+        self._infer = InferenceCore.infer
         self._posterior = DensePrior.posterior
         log = self
 
@@ -72,20 +72,17 @@ class SearchRunLog:
             log.factorisations += 1
             return log._posterior(prior, *args, **kwargs)
 
-        # a search run has the search's sweep budget (also before the search= argument);
-        # trees where that budget is a module constant of the regressor have no setting
+        # a search run has the search's sweep budget
         import robustep
 
-        budget = getattr(robustep.get_config(), "search_max_iter", None)
-        if budget is None:
-            budget = regressor._SEARCH_MAX_ITER
+        budget = robustep.get_config().search_max_iter
 
-        def infer(est, *args, **kwargs):
+        def infer(core, *args, **kwargs):
             search = kwargs.get("max_iter") == budget
-            if not (search and est.method in ("ep", "fractional", "auto")):
-                return log._infer(est, *args, **kwargs)
+            if not (search and core.method in ("ep", "fractional", "auto")):
+                return log._infer(core, *args, **kwargs)
             t0, f0 = time.process_time(), log.factorisations
-            res = log._infer(est, *args, **kwargs)
+            res = log._infer(core, *args, **kwargs)
             outcome = "converged" if res.converged else "failed"
             if "(max_factorisations)" in res.message:  # the engine's status in the message
                 outcome = "budget"
@@ -94,11 +91,11 @@ class SearchRunLog:
             log.runs.append((outcome, time.process_time() - t0, log.factorisations - f0))
             return res
 
-        regressor.StudentTGPRegressor._infer = infer
+        InferenceCore.infer = infer
         DensePrior.posterior = posterior
 
     def close(self):
-        self.regressor.StudentTGPRegressor._infer = self._infer
+        self.core_cls.infer = self._infer
         self.prior_cls.posterior = self._posterior
 
     def summary(self):
@@ -121,17 +118,17 @@ class EvaluationCounts:
     factorisations and the Student-t quadratures (tilted moments and their gradients)."""
 
     def __init__(self):
-        import robustep.estimators.student_t_regressor as regressor
+        from robustep.estimators._regressor_inference import InferenceCore
         from robustep.likelihoods import StudentT
         from robustep.posterior import DensePrior
 
         self.counts = dict.fromkeys(
             ("evaluations", "inferences", "newton", "factorisations", "quadratures"), 0
         )
-        cls = regressor.StudentTGPRegressor
+        cls = InferenceCore
         self._patched = [
-            (cls, "_gradient", cls._gradient, "evaluations"),
-            (cls, "_infer", cls._infer, "inferences"),
+            (cls, "gradient", cls.gradient, "evaluations"),
+            (cls, "infer", cls.infer, "inferences"),
             (DensePrior, "posterior", DensePrior.posterior, "factorisations"),
             (StudentT, "tilted_moments", StudentT.tilted_moments, "quadratures"),
             (StudentT, "tilted_log_Z_gradient", StudentT.tilted_log_Z_gradient, "quadratures"),

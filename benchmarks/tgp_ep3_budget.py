@@ -24,7 +24,7 @@ import numpy as np
 
 def main(argv=None):
     import robustep
-    import robustep.estimators.student_t_regressor as regressor
+    from robustep.estimators._regressor_inference import InferenceCore
     from robustep.experiments import tgp_benchmark as tb
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,25 +42,23 @@ def main(argv=None):
     Xtr, ytr, Xte, yte, _ = tb._splits(args.dataset, full, 0)[args.split]
     seed = tb.unit_seed(0, tb._dataset_key(args.dataset), args.split)
     original_budget = robustep.get_config().search_max_iter
-    original_infer = regressor.StudentTGPRegressor._infer
+    original_infer = InferenceCore.infer
     sweeps = collections.defaultdict(list)
     trace = []
 
-    def counted_infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+    def counted_infer(self, K, lik, warm=None, max_iter=1000, tol=1e-4, search=False):
         t0 = time.process_time()
-        res = original_infer(
-            self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search
-        )
+        res = original_infer(self, K, lik, warm=warm, max_iter=max_iter, tol=tol, search=search)
         sweeps["converged" if res.converged else "failed"].append(int(res.n_iter))
         if max_iter > original_budget:
-            trace.append((df, scale, warm is not None, max_iter, tol, int(res.n_iter),
+            trace.append((lik.df, lik.scale, warm is not None, max_iter, tol, int(res.n_iter),
                           bool(res.converged), time.process_time() - t0))  # fmt: skip
         return res
 
     print("| search budget (sweeps) | CPU s | MLPD | EP runs converged / failed "
           "| median sweeps converged / failed |")  # fmt: skip
     print("|---|---|---|---|---|")
-    regressor.StudentTGPRegressor._infer = counted_infer
+    InferenceCore.infer = counted_infer
     try:
         for budget in args.budgets:
             sweeps.clear()
@@ -76,7 +74,7 @@ def main(argv=None):
                 for row in trace:
                     print("  {:.3f} | {:.5f} | {} | {} | {:g} | {} | {} | {:.2f}".format(*row))
     finally:
-        regressor.StudentTGPRegressor._infer = original_infer
+        InferenceCore.infer = original_infer
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Usage:
 
 For each split, fits EP3 (``StudentTGPRegressor(method="ep", df_grid=True)``, ARD kernel,
 2 restarts, the unit's seed, as ``tgp_benchmark._fit_predict`` does) twice: with the
-committed order (``student_t_regressor._df_grid_order``: restarts at the smallest nu,
+committed order (``_regressor_grid.df_grid_order``: restarts at the smallest nu,
 then upwards) and with the walk out from the grid value nearest nu = 4 used in the
 full run of 2026-11-24.  Prints CPU seconds, test MLPD, the log evidence at every grid
 value and where it is largest.
@@ -38,6 +38,7 @@ def fit_ep3(name, split, order, config, seed=0):
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
     from threadpoolctl import threadpool_limits
 
+    import robustep.estimators._regressor_grid as ep3_grid
     import robustep.estimators.student_t_regressor as st
     from robustep.experiments import tgp_benchmark as tb
 
@@ -45,9 +46,9 @@ def fit_ep3(name, split, order, config, seed=0):
     mu, sd = Xtr.mean(0), Xtr.std(0)
     sd = np.where(sd > 0, sd, 1.0)
     kernel = ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(Xtr.shape[1]), (1e-2, 1e3))
-    committed = st._df_grid_order
+    committed = ep3_grid.df_grid_order
     if order is not None:
-        st._df_grid_order = order
+        ep3_grid.df_grid_order = order
     try:
         with threadpool_limits(1), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -59,7 +60,7 @@ def fit_ep3(name, split, order, config, seed=0):
             ).fit((Xtr - mu) / sd, ytr)  # fmt: skip
             cpu = time.process_time() - t0
     finally:
-        st._df_grid_order = committed
+        ep3_grid.df_grid_order = committed
     mlpd = float(est.predict_log_density((Xte - mu) / sd, yte).mean())
     lml = np.array([c["res"].log_marginal_likelihood for c in est._components])
     return cpu, mlpd, lml, est.df_grid_

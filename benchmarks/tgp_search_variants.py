@@ -32,7 +32,7 @@ import sys
 import numpy as np
 import robustep
 import robustep.ep as ep_package
-import robustep.estimators.student_t_regressor as regressor
+from robustep.estimators._regressor_inference import InferenceCore
 from robustep.experiments import tgp_benchmark as tb
 
 variant, units = sys.argv[1], sys.argv[2:]
@@ -53,17 +53,17 @@ elif variant.startswith("pat"):
 elif variant != "base":
     raise SystemExit(f"unknown variant {variant!r}")
 count = {"runs": 0, "failed": 0}
-infer = regressor.StudentTGPRegressor._infer
+infer = InferenceCore.infer
 
 
-def counted(est, *args, **kwargs):
-    res = infer(est, *args, **kwargs)
+def counted(core, *args, **kwargs):
+    res = infer(core, *args, **kwargs)
     count["runs"] += 1
     count["failed"] += not res.converged
     return res
 
 
-regressor.StudentTGPRegressor._infer = counted
+InferenceCore.infer = counted
 config = dict(tb.EXPERIMENT.full)
 splits = {}
 for unit in units:

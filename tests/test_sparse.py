@@ -538,16 +538,16 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
     evaluation runs the whole chain, every later one is a warm-started search run with
     the search's sweep and factorisation budget and no double loop."""
     import robustep.ep.sparse_power as sparse_power
-    import robustep.estimators.student_t_regressor as regressor
     from robustep.estimators import StudentTGPRegressor
+    from robustep.estimators._regressor_inference import InferenceCore
 
     calls = []
-    infer = regressor.StudentTGPRegressor._infer
+    infer = InferenceCore.infer
     power_ep = sparse_power.pseudo_point_power_ep
 
-    def spy_infer(est, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+    def spy_infer(core, K, lik, warm=None, max_iter=1000, tol=1e-4, search=False):
         calls.append((warm is None, max_iter, search))
-        return infer(est, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
+        return infer(core, K, lik, warm=warm, max_iter=max_iter, tol=tol, search=search)
 
     def spy_power_ep(prior, y, lik, **kw):
         budget = kw.get("max_factorisations")
@@ -556,7 +556,7 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
             assert budget == get_config().search_factorisations_per_sweep * kw["max_iter"]
         return power_ep(prior, y, lik, **kw)
 
-    monkeypatch.setattr(regressor.StudentTGPRegressor, "_infer", spy_infer)
+    monkeypatch.setattr(InferenceCore, "infer", spy_infer)
     monkeypatch.setattr(sparse_power, "pseudo_point_power_ep", spy_power_ep)
     X, y = _outlier_regression(n=60)
     est = StudentTGPRegressor(

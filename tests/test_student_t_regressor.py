@@ -11,6 +11,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import _reference_student_t as st
 import robustep
+from robustep.estimators._regressor_inference import InferenceCore
 from robustep.estimators.student_t_regressor import StudentTGPRegressor, default_df_grid
 
 
@@ -133,7 +134,7 @@ def test_ep3_grid_weights():
 
 
 def test_ep3_grid_order_walks_up_from_the_smallest_df():
-    from robustep.estimators.student_t_regressor import _df_grid_order
+    from robustep.estimators._regressor_grid import df_grid_order as _df_grid_order
 
     grid = default_df_grid()
     order = _df_grid_order(grid)
@@ -146,8 +147,8 @@ def test_ep3_grid_order_walks_up_from_the_smallest_df():
 
 
 def test_ep3_optimises_every_grid_value():
-    """Each grid value gets its own search (not just the first): issue 12 §2 found the
-    small-nu values left at their starting point when their first evaluation failed."""
+    """Each grid value gets its own search (not just the first), also the small-nu values
+    whose first evaluation may fail, which must not stay at their starting point."""
     X, y, _, _, _ = _data(n=30)
     grid = [1.5, 2.5, 4.0, 8.0]
     est = StudentTGPRegressor(method="ep", df_grid=grid).fit(X, y)
@@ -166,20 +167,20 @@ def test_ep3_optimises_every_grid_value():
 
 
 def _record_infer(monkeypatch, fail_warm_search=False):
-    """Wrap StudentTGPRegressor._infer; record (warm given, max_iter, tol, converged,
+    """Wrap the regressor core's inference; record (warm given, max_iter, tol, converged,
     sweeps) per call.  ``fail_warm_search``: a warm-started search evaluation returns a
     result marked not converged (what a poor neighbour's sites did in tgp-benchmark)."""
     calls = []
-    original = StudentTGPRegressor._infer
+    original = InferenceCore.infer
 
-    def infer(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
-        res = original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
+    def infer(self, K, lik, warm=None, max_iter=1000, tol=1e-4, search=False):
+        res = original(self, K, lik, warm=warm, max_iter=max_iter, tol=tol, search=search)
         if fail_warm_search and warm is not None and tol > 1e-3 and max_iter > 30:
             res.converged = False
         calls.append((warm is not None, max_iter, tol, bool(res.converged), int(res.n_iter)))
         return res
 
-    monkeypatch.setattr(StudentTGPRegressor, "_infer", infer)
+    monkeypatch.setattr(InferenceCore, "infer", infer)
     return calls
 
 
@@ -224,25 +225,26 @@ def test_ep3_warm_start_that_fails_is_retried_cold(monkeypatch):
 
 def test_ep3_neighbour_that_did_not_converge_is_no_warm_start(monkeypatch):
     """Sites of a grid value whose final fit did not converge are not passed on."""
-    import robustep.estimators.student_t_regressor as regressor
+    from robustep.estimators import _regressor_grid
+    from robustep.estimators._regressor_fit import SearchSettings
 
     X, y, _, _, _ = _data(n=25)
     seen = []  # the warm start each grid value's search gets
-    original = regressor.StudentTGPRegressor._optimise
+    original = SearchSettings.run
 
-    def optimise(self, kernel, df, scale, optimize_df, rng, n_restarts=None, warm=None):
+    def run(self, core, kernel, space, X, rng, n_restarts=None, warm=None):
         seen.append(warm)
-        return original(self, kernel, df, scale, optimize_df, rng, n_restarts, warm)
+        return original(self, core, kernel, space, X, rng, n_restarts, warm)
 
-    original_final = regressor.StudentTGPRegressor._final
+    original_final = _regressor_grid.final
 
-    def final(self, kernel, df, scale, warm=None):
-        comp = original_final(self, kernel, df, scale, warm=warm)
-        comp["res"].converged = df != 2.0  # the first grid value "fails"
+    def final(core, kernel, lik, X, like=None, warm=None):
+        comp = original_final(core, kernel, lik, X, like, warm=warm)
+        comp.res.converged = lik.df != 2.0  # the first grid value "fails"
         return comp
 
-    monkeypatch.setattr(regressor.StudentTGPRegressor, "_optimise", optimise)
-    monkeypatch.setattr(regressor.StudentTGPRegressor, "_final", final)
+    monkeypatch.setattr(SearchSettings, "run", run)
+    monkeypatch.setattr(_regressor_grid, "final", final)
     StudentTGPRegressor(method="ep", df_grid=[2.0, 4.0, 8.0]).fit(X, y)
     assert seen[0] is None and seen[1] is None and seen[2] is not None
 
@@ -253,15 +255,15 @@ def test_failed_search_is_reported(monkeypatch):
     X, y, _, _, _ = _data(n=20)
     kernel = ConstantKernel(1.0) * RBF(1.0)
     calls = {"n": 0}
-    original = StudentTGPRegressor._infer
+    original = InferenceCore.infer
 
-    def fails_in_search(self, K, df, scale, warm=None, max_iter=1000, tol=1e-4, search=False):
+    def fails_in_search(self, K, lik, warm=None, max_iter=1000, tol=1e-4, search=False):
         calls["n"] += 1
         if tol > 1e-3:  # only the search's evaluations (site tolerance 1e-2) fail
             raise FloatingPointError
-        return original(self, K, df, scale, warm=warm, max_iter=max_iter, tol=tol, search=search)
+        return original(self, K, lik, warm=warm, max_iter=max_iter, tol=tol, search=search)
 
-    monkeypatch.setattr(StudentTGPRegressor, "_infer", fails_in_search)
+    monkeypatch.setattr(InferenceCore, "infer", fails_in_search)
     with pytest.warns(ConvergenceWarning, match="no point where the inference converged"):
         est = StudentTGPRegressor(kernel, method="ep", n_restarts_optimizer=1).fit(X, y)
     assert not est.converged_ and calls["n"] > 1
@@ -328,7 +330,7 @@ def test_convergence_warning(monkeypatch):
     assert np.all(np.isfinite(est.predict(X)))
 
 
-# ------------------------------------------------ issue 17 §5: predictions of y, bounds
+# ------------------------------------------------ predictions of y, bounds
 def test_one_point_fit_warns_hyperparameters_at_bounds():
     with pytest.warns(ConvergenceWarning, match="on their bounds"):
         est = StudentTGPRegressor().fit([[0.0]], [1.0])

@@ -1,6 +1,7 @@
 """robustep: robust Expectation Propagation and belief propagation.
 
-Estimators (scikit-learn API): :class:`GPClassifier`, :class:`StudentTGPRegressor`,
+Estimators (scikit-learn API): :class:`GPClassifier`, :class:`GPRegressor`,
+:class:`StudentTGPRegressor`,
 :class:`BayesPointMachine`, :class:`StudentTProcessClassifier`.  Engines:
 :func:`robustep.ep.expectation_propagation`, :mod:`robustep.tep`,
 :func:`robustep.mrf.belief_propagation`.  See the README for a quick start and
@@ -11,6 +12,7 @@ from robustep._config import config, get_config
 from robustep.estimators import (
     BayesPointMachine,
     GPClassifier,
+    GPRegressor,
     StudentTGPRegressor,
     StudentTProcessClassifier,
 )
@@ -20,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BayesPointMachine",
     "GPClassifier",
+    "GPRegressor",
     "StudentTGPRegressor",
     "StudentTProcessClassifier",
     "__version__",

@@ -49,6 +49,8 @@ __all__ = [
     "loo_from_sites",
     "mixture_loo",
     "student_t_loo_predictive",
+    "loo_predictive",
+    "noise_variance",
     "loo_score",
     "clear_loo_attributes",
     "classifier_loo_attributes",
@@ -59,6 +61,7 @@ __all__ = [
     "one_vs_rest_loo_attributes",
     "set_one_vs_rest_loo",
     "set_regressor_loo",
+    "regressor_loo",
     "process_classifier_loo",
     "set_process_classifier_loo",
     "plot_loo",
@@ -187,16 +190,46 @@ def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=
                              coverage=0.95):  # fmt: skip
     """LOO predictive of the observation y_i = f_i + eps_i, eps ~ Student-t(nu, sigma).
 
-    y : (n,); cavity_means, cavity_vars : (J, n) LOO cavities of J mixture components
-    (J = 1 for one set of hyperparameters; an EP3 grid otherwise); dfs, scales : (J,)
-    nu (``inf`` = Gaussian noise) and sigma; weights : (J, n) LOO mixture weights (from
-    :func:`mixture_loo`; default: J = 1).  All in standardised units.
-    Returns a dict of (n,) arrays:
+    :func:`loo_predictive` with the likelihoods
+    :func:`robustep.likelihoods.student_t.student_t_noise` (nu, sigma) (``inf`` =
+    Gaussian noise); dfs, scales : (J,).
+    """
+    J = np.atleast_2d(np.asarray(cavity_means, dtype=float)).shape[0]
+    dfs = np.broadcast_to(np.asarray(dfs, dtype=float), (J,))
+    scales = np.broadcast_to(np.asarray(scales, dtype=float), (J,))
+    liks = [student_t_noise(dfs[j], scales[j]) for j in range(J)]
+    return loo_predictive(y, cavity_means, cavity_vars, liks, weights, coverage)
 
-    * ``mean``: the LOO predictive mean sum_j w_j m_j (the location; a mean exists for
-      nu > 1);
-    * ``std``: its standard deviation, with Var eps = sigma^2 nu / (nu - 2) for nu > 2,
-      and ``inf`` when some component has nu <= 2 (no finite variance);
+
+def noise_variance(likelihood) -> float:
+    """Var eps of the additive noise of a regression likelihood (``inf`` when it has none,
+    NaN when unknown): sigma^2 nu / (nu - 2) (Student-t, nu > 2), the Gaussian's
+    variance, 2 b^2 (Laplace)."""
+    from robustep.likelihoods import Gaussian, Laplace, StudentT
+
+    if isinstance(likelihood, StudentT):
+        nu = float(likelihood.df)
+        return float(likelihood.scale) ** 2 * (nu / (nu - 2.0)) if nu > 2 else np.inf
+    if isinstance(likelihood, Gaussian):
+        return float(likelihood.noise_variance)
+    if isinstance(likelihood, Laplace):
+        return 2.0 * float(likelihood.scale) ** 2
+    return np.nan
+
+
+def loo_predictive(y, cavity_means, cavity_vars, likelihoods, weights=None, coverage=0.95):
+    """LOO predictive of the observation y_i under p(y_i | f_i), f_i ~ its LOO cavity.
+
+    y : (n,); cavity_means, cavity_vars : (J, n) LOO cavities of J mixture components
+    (J = 1 for one set of hyperparameters; an EP3 grid otherwise); likelihoods : J
+    regression likelihoods (``predictive_cdf``, ``predictive_quantiles``); weights :
+    (J, n) LOO mixture weights (from :func:`mixture_loo`; default: J = 1).  All in
+    standardised units.  Returns a dict of (n,) arrays:
+
+    * ``mean``: the LOO predictive mean sum_j w_j m_j (the location; for a Student-t a
+      mean exists for nu > 1);
+    * ``std``: its standard deviation with the noise variance of each likelihood
+      (:func:`noise_variance`): ``inf`` when some component has none (Student-t nu <= 2);
     * ``z``: the standardised LOO residual Phi^-1(F_-i(y_i)), the normal score of the LOO
       probability integral transform: (y_i - m_-i) / sd for Gaussian noise, finite for
       every nu, signed, N(0, 1) under the model;
@@ -205,23 +238,18 @@ def student_t_loo_predictive(y, cavity_means, cavity_vars, dfs, scales, weights=
     y = np.asarray(y, dtype=float)
     M = np.atleast_2d(np.asarray(cavity_means, dtype=float))
     V = np.atleast_2d(np.asarray(cavity_vars, dtype=float))
-    J = M.shape[0]
-    dfs = np.broadcast_to(np.asarray(dfs, dtype=float), (J,))
-    scales = np.broadcast_to(np.asarray(scales, dtype=float), (J,))
     W = np.ones((1, y.size)) if weights is None else np.atleast_2d(np.asarray(weights, float))
-    liks = [student_t_noise(dfs[j], scales[j]) for j in range(J)]
-    mixture = predictive_mixture(liks, M, V, W)
+    mixture = predictive_mixture(list(likelihoods), M, V, W)
     F, G = mixture.cdf(y), mixture.cdf(y, upper=True)
     # the normal score from the smaller tail, accurate far out
     z = np.where(F < G, special.ndtri(np.maximum(F, 1e-300)), -special.ndtri(np.maximum(G, 1e-300)))
     mean = np.sum(W * M, axis=0)
-    if np.all(dfs > 2):
-        ratio = np.array([d / (d - 2.0) if np.isfinite(d) else 1.0 for d in dfs])  # J values
-        noise = scales**2 * ratio
+    noise = np.array([noise_variance(lik) for lik in likelihoods], float)
+    if np.all(np.isfinite(noise)):
         second = np.sum(W * (V + noise[:, None] + M**2), axis=0)
         std = np.sqrt(np.maximum(second - mean**2, 0.0))
     else:
-        std = np.full(y.shape, np.inf)
+        std = np.full(y.shape, np.inf if np.all(~np.isnan(noise)) else np.nan)
     # the interval from the mixture's quantiles (safeguarded Newton), all sites at once
     half = 0.5 * (1.0 - coverage)
     bounds = mixture.quantiles([half, 1.0 - half]).T
@@ -420,44 +448,61 @@ def set_one_vs_rest_loo(estimator, estimators, y_index):
                     y_index)  # fmt: skip
 
 
-def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
-    """Set the LOO attributes of a GP regressor with Student-t (or Gaussian) noise.
+def regressor_loo(components, weights, y, y_mean=0.0, y_std=1.0):
+    """The LOO diagnostics of a GP regressor, in target units (a dict; raises ValueError,
+    ArithmeticError or LinAlgError when they cannot be computed).
 
-    components : list of (result, likelihood, df, scale), one per set of hyperparameters
-    (one, or an EP3 grid), each result an EP result (or any object with ``mean``, ``var``,
-    ``site_precision``, ``site_shift``; cavities from (L2)); df = inf for Gaussian noise.
+    components : list of (result, likelihood), one per set of hyperparameters (one, or
+    an EP3 grid), each result an EP result (or any object with ``mean``, ``var``,
+    ``site_precision``, ``site_shift``; cavities from (L2)) and the likelihood of a new
+    observation (its tilted normaliser gives (L1), its predictive the interval).
     weights : (J,) posterior weights of the components (mixed by (L3)).
     y : (n,) standardised targets; y_mean, y_std : the standardisation.
-    Sets, in target units: ``loo_log_predictive_`` (n,) (densities of y, so shifted by
-    -log y_std), ``loo_mean_``, ``loo_std_`` (``inf`` for nu <= 2), ``loo_interval_``
-    ((n,), (n,)) central 95% LOO interval of y_i, ``outlier_scores_`` (n,) the
-    standardised LOO residuals Phi^-1(F_-i(y_i)) (unitless).
+    Keys: ``loo_log_predictive_`` (n,) (densities of y, so shifted by -log y_std),
+    ``loo_mean_``, ``loo_std_`` (``inf`` without a noise variance, e.g. Student-t
+    nu <= 2), ``loo_interval_`` ((n,), (n,)) central 95% LOO interval of y_i,
+    ``outlier_scores_`` (n,) the standardised LOO residuals Phi^-1(F_-i(y_i)) (unitless),
+    ``loo_approximate_`` (n,) bool.
+    """
+    lps, ms, vs, liks, approx = [], [], [], [], []
+    for res, lik in components:
+        eta_cav = None
+        if hasattr(res, "cavity_mean"):
+            eta_cav = (res.cavity_mean, res.cavity_var)
+        loo = loo_from_sites(lik, y, res.mean, res.var, res.site_precision, res.site_shift,
+                             eta_cavity=eta_cav, warn=False)  # fmt: skip
+        approx.append(loo.fallback)
+        lps.append(loo.log_predictive)
+        ms.append(loo.cavity_mean)
+        vs.append(loo.cavity_var)
+        liks.append(lik)
+    log_pred, loo_w = mixture_loo(np.array(lps), weights)
+    pred = loo_predictive(y, np.array(ms), np.array(vs), liks, loo_w)
+    return {
+        "loo_log_predictive_": log_pred - np.log(y_std),
+        "loo_mean_": pred["mean"] * y_std + y_mean,
+        "loo_std_": pred["std"] * y_std,
+        "loo_interval_": (pred["lower"] * y_std + y_mean, pred["upper"] * y_std + y_mean),
+        "outlier_scores_": pred["z"],
+        "loo_approximate_": np.any(np.array(approx), axis=0),
+    }
+
+
+def set_regressor_loo(estimator, components, weights, y, y_mean=0.0, y_std=1.0):
+    """Set the attributes of :func:`regressor_loo` on ``estimator`` (warns and leaves them
+    unset when they cannot be computed).
+
+    components : list of (result, likelihood), or of (result, likelihood, df, scale) whose
+    df and scale are ignored (the likelihood holds them).
     """
     clear_loo_attributes(estimator)
-    lps, ms, vs, dfs, scales, approx = [], [], [], [], [], []
+    pairs = [(c[0], c[1]) for c in components]
     try:
-        for res, lik, df, scale in components:
-            eta_cav = None
-            if hasattr(res, "cavity_mean"):
-                eta_cav = (res.cavity_mean, res.cavity_var)
-            loo = loo_from_sites(lik, y, res.mean, res.var, res.site_precision, res.site_shift,
-                                 eta_cavity=eta_cav, warn=False)  # fmt: skip
-            approx.append(loo.fallback)
-            lps.append(loo.log_predictive)
-            ms.append(loo.cavity_mean)
-            vs.append(loo.cavity_var)
-            dfs.append(df)
-            scales.append(scale)
-        log_pred, loo_w = mixture_loo(np.array(lps), weights)
-        pred = student_t_loo_predictive(y, np.array(ms), np.array(vs), dfs, scales, loo_w)
+        values = regressor_loo(pairs, weights, y, y_mean, y_std)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
         return _unavailable(estimator, err)
-    estimator.loo_log_predictive_ = log_pred - np.log(y_std)
-    estimator.loo_mean_ = pred["mean"] * y_std + y_mean
-    estimator.loo_std_ = pred["std"] * y_std
-    estimator.loo_interval_ = (pred["lower"] * y_std + y_mean, pred["upper"] * y_std + y_mean)
-    estimator.outlier_scores_ = pred["z"]
-    estimator.loo_approximate_ = np.any(np.array(approx), axis=0)
+    for name, value in values.items():
+        setattr(estimator, name, value)
 
 
 def process_classifier_loo(post, tau, nu, y_pm, df, eps, *, warn=True, return_fallback=False):

@@ -356,53 +356,45 @@ def check_regressor(est):
         )
 
 
-def fit_regressor(est, kernel, rng, scale_bounds, df_bounds):
-    """Sparse StudentTGPRegressor fit (targets already standardised in ``est._y``).
+def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
+                  optimize_inducing=True):  # fmt: skip
+    """Sparse regressor fit (targets already standardised in ``core.y``); returns a
+    :class:`robustep.estimators._regressor_fit.RegressorFit` with ``inducing_points``.
 
-    Sets ``est._components``, ``est._weights`` and ``est.inducing_points_`` (the caller
-    then sets the common attributes).  Type-II MAP over (log theta, log sigma[, log nu],
-    Z) as in the dense regressor, with the search-run policy of :func:`robustep.get_config`:
-    the first evaluation of each start (every one until an evaluation succeeds) runs the
-    whole chain for at most ``sparse_first_max_iter`` sweeps, later ones are warm-started
-    search runs (:meth:`InferenceStrategy.search_run
+    core : the :class:`~robustep.estimators._regressor_inference.InferenceCore`; space :
+    the likelihood's :class:`~robustep.estimators._regressor_search.LikelihoodSpace`;
+    Z : (m, d) initial inducing inputs; settings : the
+    :class:`~robustep.estimators._regressor_fit.SearchSettings`; alpha : power EP's α on
+    the pseudo-point posterior.  Type-II MAP over (log theta, the likelihood's free log
+    parameters, Z) as in the dense regressor, with the search-run policy of
+    :func:`robustep.get_config`: the first evaluation of each start (every one until an
+    evaluation succeeds) runs the whole chain for at most ``sparse_first_max_iter``
+    sweeps, later ones are warm-started search runs (:meth:`InferenceStrategy.search_run
     <robustep.ep.InferenceStrategy.search_run>`: ``search_max_iter`` sweeps, no double
     loop, a budget of posterior factorisations), all at tol ``search_tol``; the final fit
     runs at tol 1e-4.
     """
     from robustep.ep import InferenceStrategy
-    from robustep.likelihoods import StudentT
+    from robustep.estimators._regressor_fit import Component, RegressorFit
+    from robustep.estimators._regressor_search import at_bounds, hyperparameter_names
 
-    settings = get_config()
-
-    check_regressor(est)
-    alpha = inducing_power_of(est, TGP_POWER_METHODS)
-    check_inducing_gradient(est, kernel)
-    X, y = est._X, est._y
-    Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
+    config = get_config()
+    y = core.y
     jitter = fixed_jitter(kernel, Z)
-    df, scale = float(est.df), float(est.scale)
-    fit_df = bool(est.optimize_df)
-
-    def lik_of(lp):
-        s = float(np.exp(min(lp[0], 700.0)))
-        d = float(np.exp(lp[1])) if fit_df else df
-        return StudentT(df=d, scale=s)
 
     def infer_at(kernel, Z, lik, warm, max_iter=1000, tol=1e-4, search_run=False):
         prior = _prior(kernel, X, Z, jitter)
         if alpha == 1.0:
-            return est._infer(
-                prior, lik.df, lik.scale, warm=warm, max_iter=max_iter, tol=tol, search=search_run
-            )  # fmt: skip
+            return core.infer(prior, lik, warm=warm, max_iter=max_iter, tol=tol, search=search_run)
         from robustep.ep.sparse_power import pseudo_point_power_ep
 
-        # the engine's robust run, as est._infer's "ep" search runs
+        # the engine's robust run, as the core's "ep" search runs
         options = (
             InferenceStrategy.search_run(max_iter).engine_options()
             if search_run
             else {"max_iter": max_iter}
         )
-        with warnings.catch_warnings():  # as est._infer: the caller checks convergence
+        with warnings.catch_warnings():  # as the core: the caller checks convergence
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = pseudo_point_power_ep(
@@ -413,62 +405,49 @@ def fit_regressor(est, kernel, rng, scale_bounds, df_bounds):
 
     def infer(kernel, Z, lp, init):
         # no warm start: the start's first evaluation (or every one until one succeeds)
+        lik = space.unpack(lp)
         if init is None:
-            return infer_at(
-                kernel, Z, lik_of(lp), None, settings.sparse_first_max_iter, settings.search_tol
-            )  # fmt: skip
-        return infer_at(
-            kernel, Z, lik_of(lp), init, settings.search_max_iter, settings.search_tol, True
-        )  # fmt: skip
+            return infer_at(kernel, Z, lik, None, config.sparse_first_max_iter, config.search_tol)
+        return infer_at(kernel, Z, lik, init, config.search_max_iter, config.search_tol, True)
 
     def gradient(res, kernel, Z, lp, wrt_Z):
-        lik = lik_of(lp)
+        lik = space.unpack(lp)
         gk, gl, gZ = _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha)
-        g = dict(zip(lik.hyperparameter_names, gl, strict=True))
-        return gk, np.array([g["scale"]] + ([g["df"]] if fit_df else [])), gZ
+        return gk, space.gradient(dict(zip(lik.hyperparameter_names, gl, strict=True))), gZ
 
-    opt_Z = bool(est.optimize_inducing)
-    lik = StudentT(df=df, scale=scale)
-    res = None
-    if est.optimizer is not None:
+    opt_Z = bool(optimize_inducing)
+    lik = space.likelihood
+    fit = RegressorFit([], np.ones(1))
+    warm = None
+    if settings.optimizer is not None:
         p = kernel.theta.size
-        n_lik = 2 if fit_df else 1
-        space = SearchSpace(infer, gradient, kernel, Z, n_lik, opt_Z)
-        bounds = np.vstack(
-            [
-                np.asarray(kernel.bounds, float).reshape(-1, 2),
-                np.log([scale_bounds]),
-                np.log([df_bounds]) if fit_df else np.zeros((0, 2)),
-            ]
-        )
-        opt_bounds = [tuple(b) for b in bounds]
-        opt_bounds[p] = (bounds[p, 0], None)  # open upper bound of log sigma, as the dense fit
-        x0 = np.concatenate([kernel.theta, [np.log(scale)], [np.log(df)] if fit_df else []])
+        n_lik = len(space.free)
+        search_space = SearchSpace(infer, gradient, kernel, Z, n_lik, opt_Z)
+        bounds = np.vstack([np.asarray(kernel.bounds, float).reshape(-1, 2), space.bounds])
+        # the open upper bound of a noise width, as the dense fit
+        opt_bounds = [tuple(b) for b in bounds[:p]] + space.open_bounds()
+        x0 = np.concatenate([kernel.theta, space.x0()])
         x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
         x0 = np.concatenate([x0, Z.ravel() if opt_Z else []])
         full_bounds = [tuple(b) for b in bounds] + _free_bounds(Z, opt_Z)
-        starts = draw_starts(x0, bounds_array(full_bounds), est.n_restarts_optimizer, rng,
+        starts = draw_starts(x0, bounds_array(full_bounds), settings.n_restarts, rng,
                              radius=2.0, n_coordinates=p)  # fmt: skip
         search = optimise(
-            space, x0, opt_bounds + _free_bounds(Z, opt_Z), starts, optimizer=est.optimizer,
-            callable_bounds=full_bounds,
+            search_space, x0, opt_bounds + _free_bounds(Z, opt_Z), starts,
+            optimizer=settings.optimizer, callable_bounds=full_bounds,
         )  # fmt: skip
         x = search.x
-        est._searches.append(search)
-        if not search.success:
-            est._search_failed = True
-        est._record_bounds(kernel, x[: p + n_lik], bounds, fit_df)
-        kernel, lp, Z = space.unpack(x)
-        lik = lik_of(lp)
+        fit.searches.append(search)
+        fit.search_failed = not search.success
+        fit.at_bounds = at_bounds(hyperparameter_names(kernel, space), x, bounds)
+        kernel, lp, Z = search_space.unpack(x)
+        lik = space.unpack(lp)
         warm = search.state
-    else:
-        warm = None
     res = infer_at(kernel, Z, lik, warm)
     if alpha < 1.0:
         view = res.latent_view()
         view.log_marginal_likelihood = res.log_marginal_likelihood
         res = view
-    est.inducing_points_ = np.array(Z, dtype=float)
-    est._components = [{"kernel": kernel, "df": float(lik.df), "scale": float(lik.scale),
-                        "res": res}]  # fmt: skip
-    est._weights = np.ones(1)
+    fit.inducing_points = np.array(Z, dtype=float)
+    fit.components = [Component(kernel, lik, res)]
+    return fit
