@@ -132,7 +132,13 @@ def _estimator_cases() -> list[Case]:
                 ValueError,
                 r"contains infinity.*Remove or replace the infinite values",
             ),
-            ("X is 1-D", _X()[:, 0], y, ValueError, r"got a 1-D array.*reshape\(-1, 1\)"),
+            (
+                "X is 1-D",
+                _X()[:, 0],
+                y,
+                ValueError,
+                r"got a 1-D array. Reshape your data: X.reshape\(-1, 1\)",
+            ),
             (
                 "X is 3-D",
                 _X().reshape(12, 2, 1),

@@ -81,9 +81,9 @@ def _advised(exc: ValueError) -> ValueError | None:
     if msg.startswith("Expected 2D array, got 1D array instead"):
         # scikit-learn's message prints the whole array; say what to do in one line
         return ValueError(
-            "Expected a 2-D array X of shape (n_samples, n_features), got a 1-D array: use "
-            "X.reshape(-1, 1) if it holds a single feature, or X.reshape(1, -1) if it is a "
-            "single sample."
+            "Expected a 2-D array X of shape (n_samples, n_features), got a 1-D array. "
+            "Reshape your data: X.reshape(-1, 1) if it holds a single feature, or "
+            "X.reshape(1, -1) if it is a single sample."
         )
     for pattern, advice in _ADVICE:
         if re.search(pattern, msg) and advice not in msg:

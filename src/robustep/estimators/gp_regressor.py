@@ -99,8 +99,9 @@ class GPRegressor(RegressorMixin, BaseEstimator):
     likelihood_bounds : None or dict
         Bounds of the likelihood's parameters in the search, per name: a pair
         (low, high) with 0 < low <= high, or "fixed" (kept at its starting value), as
-        scikit-learn kernels take theirs.  Unnamed parameters keep the defaults:
-        scale in [0.01, 100], noise_variance in [1e-4, 1e4], df in [1.05, 1000]
+        scikit-learn kernels take theirs.  The Student-t's ``df`` is kept fixed unless
+        given a range here (e.g. ``{"df": (1.05, 1000)}``).  Unnamed parameters keep the
+        defaults: scale in [0.01, 100], noise_variance in [1e-4, 1e4]
         (standardised-target units when ``normalize_y``), others in [1e-5, 1e5].  The
         upper bound of a noise width (scale, noise_variance) is not enforced during the
         search (L-BFGS-B's first step would otherwise throw it there).
@@ -209,7 +210,13 @@ class GPRegressor(RegressorMixin, BaseEstimator):
     def _likelihood_and_bounds(self):
         """(starting likelihood, {name: (low, high) or "fixed"}) from the parameters."""
         lik = resolve_likelihood(self.likelihood)
-        return lik, resolve_bounds(lik, self.likelihood_bounds)
+        bounds = resolve_bounds(lik, self.likelihood_bounds)
+        if "df" in bounds and "df" not in (self.likelihood_bounds or {}):
+            # the degrees of freedom are learnt only when asked (a range in
+            # likelihood_bounds): their evidence is flat over heavy tails, and the
+            # paper's EP1 keeps nu fixed (Jylanki et al. 2011, §6.2)
+            bounds["df"] = "fixed"
+        return lik, bounds
 
     def _set_likelihood_attributes(self, likelihood):
         """Fitted likelihood attributes (subclasses add their parameters' own)."""
