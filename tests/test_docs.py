@@ -102,7 +102,7 @@ def test_docs_build_without_warnings(tmp_path):
         "auto_examples/index.html",
         "api/generated/robustep.GPClassifier.html",
         "derivations/sparse.html",
-        "benchmarks.html",
+        "performance.html",
     ]:
         assert (html / page).is_file(), page
 
