@@ -24,7 +24,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (docs/_ext/ is two down)
 
 
 def load_table(path: pathlib.Path, name: str, columns: list[str] | None = None) -> dict:
