@@ -20,7 +20,7 @@ Cholesky time is measured before and after the fits and its median is the unit):
      each; "sweeps" are Newton steps);
 
    and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri``,
-   ``robustep.linalg.triangular_inverse`` (its BLAS-3 recursion, used since 2026-11-24)
+   ``robustep.linalg.triangular_inverse`` (its BLAS-3 recursion, the one the engine uses)
    and ``dpotri`` (the full inverse), each / one Cholesky.
 2. **Small problems**: ``GPClassifier(optimizer=None).fit`` at n = 50 and
    ``predict_proba`` on 1000 points, median wall-clock and CPU time of ``--small-repeat``
@@ -90,7 +90,7 @@ def one_cholesky(B):
 
     The Fortran-ordered copy is made before the clock starts: passing the C-ordered B
     itself would time a 32 MB transposing copy too (24-25 ms at n = 2000, a quarter to a third of
-    the factorisation), which flattered every ratio before 2026-11-24.
+    the factorisation), which would flatter every ratio.
     """
     F = np.asfortranarray(B)
     return timed(lambda: lapack.dpotrf(F, lower=1, clean=1, overwrite_a=1), 1)[:2]
