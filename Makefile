@@ -10,8 +10,8 @@ export ROBUSTEP_DATA ?= $(abspath $(wildcard ../shared/datasets))
 # Worker processes for make demo / make test: every core (make demo JOBS=1 for one).
 JOBS   ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 # Multithreaded OpenBLAS is pathologically slow on the small triangular solves of
-# EP sweeps when the cores are busy (python benchmarks/blas_threads.py: 24 ms against
-# 3 us for n = 42 at load average 14; about equal on an idle machine); the test
+# EP sweeps when the cores are busy (docs/performance.md#blas-threads: 26 ms against
+# 0.23 ms for n = 42 at load average 15; about equal on an idle machine); the test
 # workers and experiments run one BLAS thread each.
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
@@ -51,8 +51,14 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m sphinx -b html -W --keep-going docs docs/_build/html
 
+# The maintained suites in their quick form (about 10 minutes on 2 cores); each also has
+# --full, the configuration of the numbers in docs/performance.md. Results go to
+# benchmarks/results/local/ (docs/performance.md, "Running the suites").
+BENCH_SUITES := engine gpc tgp likelihoods mrf peers sparse gpu multiclass \
+	multiclass_sparse multiclass_label_noise auto_grid stress bad_input seam_regression
 bench: $(STAMP)
-	for f in benchmarks/*.py; do $(BIN)/python $$f; done
+	set -e; for s in $(BENCH_SUITES); do echo "== benchmarks/$$s.py --quick"; \
+		MPLBACKEND=Agg $(BIN)/python benchmarks/$$s.py --quick; done
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache build src/*.egg-info \

@@ -1,4 +1,4 @@
-"""Hard-problem grid for ``method="auto"`` (issue 14 §3).
+"""Hard-problem grid for ``method="auto"``.
 
 A fixed grid of problems on which EP is known to struggle, each a few seeds and sizes:
 
@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 from collections import Counter, defaultdict
@@ -182,4 +183,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(run_suite("auto_grid", main, quick="pass"))

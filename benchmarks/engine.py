@@ -1,4 +1,4 @@
-"""The dense EP engine at its floor, in units of one Cholesky of K (issue 16 §3; issue 2 §5).
+"""The dense EP engine at its floor, in units of one Cholesky of K.
 
 Prints, in one run on one machine (every time is a median of ``--repeat`` runs; the
 Cholesky time is measured before and after the fits and its median is the unit):
@@ -10,7 +10,7 @@ Cholesky time is measured before and after the fits and its median is the unit):
 
    * ``expectation_propagation(K, y, Probit())`` (includes the O(n^3) check of K),
    * the same on ``DensePrior(K, check=False)`` (no check: what the estimators run),
-   * the same with ``mean_sweeps=0`` (the engine before issue 16),
+   * the same with ``mean_sweeps=0`` (the engine without mean sweeps),
    * the same with ``init="subset"`` (the start from FITC EP on a subset of the rows;
      docs/derivations/engine_floor.md §5),
    * ``GPClassifier(method="ep", optimizer=None).fit(X, y)`` (kernel, validation, EP,
@@ -20,7 +20,7 @@ Cholesky time is measured before and after the fits and its median is the unit):
      each; "sweeps" are Newton steps);
 
    and the cost of the marginal variances' options per sweep: LAPACK ``dtrtri``,
-   ``robustep.linalg.triangular_inverse`` (its BLAS-3 recursion, used since 2026-11-24)
+   ``robustep.linalg.triangular_inverse`` (its BLAS-3 recursion, the one the engine uses)
    and ``dpotri`` (the full inverse), each / one Cholesky.
 2. **Small problems**: ``GPClassifier(optimizer=None).fit`` at n = 50 and
    ``predict_proba`` on 1000 points, median wall-clock and CPU time of ``--small-repeat``
@@ -29,7 +29,7 @@ Cholesky time is measured before and after the fits and its median is the unit):
    sweeps, mean sweeps, and the whole run in Cholesky-times, for the engine, the engine
    before mean sweeps and the engine with ``init="subset"``.
 
-Goals (issue 16): the floor <= 15 Cholesky-times; the small fit <= 10 ms, predict_proba
+Goals: the floor <= 15 Cholesky-times; the small fit <= 10 ms, predict_proba
 <= 5 ms.  On a loaded machine the ratios move with the load; compare within one run.
 
 Usage: python benchmarks/engine.py [--n 2000] [--threads 2] [--repeat 3]
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 import warnings
 
@@ -89,7 +90,7 @@ def one_cholesky(B):
 
     The Fortran-ordered copy is made before the clock starts: passing the C-ordered B
     itself would time a 32 MB transposing copy too (24-25 ms at n = 2000, a quarter to a third of
-    the factorisation), which flattered every ratio before 2026-11-24.
+    the factorisation), which would flatter every ratio.
     """
     F = np.asfortranarray(B)
     return timed(lambda: lapack.dpotrf(F, lower=1, clean=1, overwrite_a=1), 1)[:2]
@@ -247,4 +248,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(
+        run_suite("engine", main, quick=["--n", "500", "--repeat", "1", "--small-repeat", "5"])
+    )

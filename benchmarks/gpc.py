@@ -1,4 +1,4 @@
-"""GP classification benchmark (issue 3).
+"""GP classification benchmark.
 
 1. Fit time of ``GPClassifier`` with fixed hyperparameters (EP, probit, tol 1e-4, parallel
    schedule; also REP with the step likelihood) for n = 500, 1000, 2000 on 2-D synthetic
@@ -6,7 +6,7 @@
    (goal: EP <= 15 Cholesky at n = 2000).
 2. Fit time with hyperparameter optimisation (L-BFGS-B on the EP evidence) on Pima.
 3. If GPy is importable, the same-run speed ratio against GPy's EP classifier.
-4. (issue 17 §6) Against scikit-learn's GaussianProcessClassifier (Laplace, L-BFGS-B) on
+4. Against scikit-learn's GaussianProcessClassifier (Laplace, L-BFGS-B) on
    breast cancer (70/30 split, random_state=0, 398 training points, standardised on the
    training part) and Pima (768, standardised), all with kernel C(1) * RBF(1) and one BLAS
    thread: our time / scikit-learn's time for ``GPClassifier()`` (EP) and
@@ -22,6 +22,7 @@ Usage: ``python benchmarks/gpc.py [--sizes 500 1000 2000] [--data-home DIR]
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 
@@ -245,4 +246,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(run_suite("gpc", main, quick=["--sizes", "500", "1000", "--repeat", "1"]))

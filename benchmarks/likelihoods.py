@@ -18,6 +18,7 @@ number.  Single-threaded NumPy; no Python loop over sites.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -80,4 +81,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(run_suite("likelihoods", main, quick=["--n", "20000", "--repeat", "1"]))

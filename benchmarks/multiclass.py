@@ -1,4 +1,4 @@
-"""Multi-class GP classification benchmark (issue 14 §1).
+"""Multi-class GP classification benchmark.
 
 1. Accuracy: test error and log loss of nested EP (``GPClassifier(multi_class=
    "multinomial")``) against scikit-learn's ``GaussianProcessClassifier`` (one-vs-rest
@@ -21,6 +21,7 @@ quick configuration (about 15 CPU seconds).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 
@@ -138,4 +139,13 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(
+        run_suite(
+            "multiclass",
+            main,
+            quick=["--splits", "1", "--sizes", "200", "--classes", "3"],
+            full="pass",
+        )
+    )

@@ -16,6 +16,7 @@ Usage: ``python benchmarks/multiclass_sparse.py [--m 10 25 50] [--n-large 2000]`
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import tracemalloc
 import warnings
@@ -96,4 +97,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(run_suite("multiclass_sparse", main, quick=["--m", "10", "25", "--n-large", "500"]))

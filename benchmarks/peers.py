@@ -1,4 +1,4 @@
-"""Peers in the same run: robustep against scikit-learn, GPy and GPflow (issue 16 §4).
+"""Peers in the same run: robustep against scikit-learn, GPy and GPflow.
 
 Every library fits the *same* binary problems with the *same* kernel family and is timed in
 the *same* run, on the same machine with the same BLAS threads; the table gives each
@@ -547,4 +547,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(run_suite("peers", main, quick="pass"))

@@ -527,4 +527,13 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _harness import run_suite  # benchmarks/_harness.py
+
+    sys.exit(
+        run_suite(
+            "seam_regression",
+            main,
+            quick=["--check", "benchmarks/results/seam_reference.json"],
+            full=["--check", "benchmarks/results/seam_reference.json"],
+        )
+    )

@@ -36,6 +36,7 @@ extensions = [
     "myst_parser",
     "sphinx_gallery.gen_gallery",
     "robustep_docstrings",
+    "robustep_results",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -61,7 +62,7 @@ exclude_patterns = [
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 4
 myst_dmath_double_inline = True
-# docs/benchmarks.md (the Performance page) steps from ## to #### in places
+# some derivation pages step from ## to #### in places
 suppress_warnings = ["myst.header"]
 
 # --- API reference ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Test-session settings.
 
 Multithreaded BLAS is pathologically slow on the many small factorisations of
-these tests when the cores are busy (benchmarks/blas_threads.py), and
+these tests when the cores are busy (docs/performance.md#blas-threads), and
 pytest-xdist already runs one worker per core: limit BLAS to one thread per worker.
 """
 

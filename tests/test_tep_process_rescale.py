@@ -160,9 +160,8 @@ def test_fit_does_not_report_convergence_when_the_optimiser_cannot_move(monkeypa
 @pytest.mark.slow
 @pytest.mark.parametrize("flip", [0.0, 0.1])
 def test_default_fit_on_full_size_ionosphere(flip):
-    """Issue 12 §1: the default classifier on tep-uci's full-size 80/20 Ionosphere split 0
-    (n = 281, ARD kernel, implicit gradient) converges and moves its hyperparameters
-    (benchmarks/stc_uci.py prints the same fits for all four data sets)."""
+    """The default classifier on tep-uci's full-size 80/20 Ionosphere split 0
+    (n = 281, ARD kernel, implicit gradient) converges and moves its hyperparameters."""
     from robustep.datasets import DataUnavailableError
     from robustep.experiments import tep_uci
 

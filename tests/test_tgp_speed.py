@@ -175,5 +175,5 @@ def test_metropolis_hyperparameter_updates_reach_the_unit_results():
     with pytest.raises(ValueError, match="mcmc_hyper_sampler"):
         StudentTGPRegressor(method="mcmc", mcmc_hyper_sampler="hmc").fit(X, y)
     # the full run slice-samples, as the paper: Metropolis left 7 of 10 Boston chains
-    # with R-hat >= 1.1 (docs/benchmarks.md, "Eleventh session")
+    # with R-hat >= 1.1 (docs/full-runs/README.md, tgp-benchmark)
     assert tb.EXPERIMENT.full["mcmc_hyper_sampler"] == "slice"
