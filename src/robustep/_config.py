@@ -54,7 +54,7 @@ class Settings:
         never touch the BLAS threads.  Why one thread: an EP or Laplace fit is a long
         chain of small factorisations (n x n, a few ms each), and multithreaded
         OpenBLAS on a busy machine spends far longer waiting for its threads than
-        computing (``python benchmarks/blas_threads.py``, docs/benchmarks.md).
+        computing (docs/performance.md#blas-threads).
     blas_threads_auto_max_n : int
         Largest training-set size for which ``blas_threads="auto"`` uses one thread.
     subset_start_min_n : int or None
@@ -64,26 +64,25 @@ class Settings:
         least this many training points and no warm start; None never does.  The fixed
         point is the same; on smooth kernels the O(n^3) sweeps drop from 6-7 to 1-2 at
         n = 2000-4000, on rough ones it costs up to ~20% more
-        (``python benchmarks/engine.py``, ``python benchmarks/subset_start.py``;
-        docs/derivations/engine_floor.md §5).
+        (``python benchmarks/engine.py``; docs/derivations/engine_floor.md §5).
     search_tol : float > 0
         EP's site tolerance in every evaluation of a hyperparameter search (the final fit
         runs to the estimator's ``tol``).  Warm-started sites move little between optimiser
         steps; 1e-2 halves the sweeps per evaluation against 1e-4 while the fitted sigma
         moves by < 2e-5 (relative) on Friedman sets 0 and 1 of tgp-benchmark
-        (docs/benchmarks.md, "tgp-benchmark --full").
+        (``robustep reproduce tgp-benchmark --full``).
     search_max_iter : int >= 1
         EP sweeps at most in a warm-started evaluation of a hyperparameter search; a run
         that needs more counts as a failed evaluation and the line search backs off.  30
         gives the same optimum as 100 (sigma and MLPD to all printed digits) on Friedman
         sets 0-2 and Boston fold 0 of tgp-benchmark at ~20% less CPU for EP1
-        (docs/benchmarks.md, "tgp-benchmark --full").
+        (``robustep reproduce tgp-benchmark --full``).
     search_ftol : float > 0
         L-BFGS-B's relative tolerance on the objective in a hyperparameter search: stop
         when an iteration improves the approximate log evidence by less than this fraction
         of its value (GPstuff's ``gp_optim`` uses 1e-6 as well).  SciPy's default, 2.2e-9,
         spends 15-30% of a Boston search on improvements below 1e-3 nats
-        (docs/benchmarks.md, "tgp-benchmark --full").
+        (``robustep reproduce tgp-benchmark --full``).
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -91,8 +90,7 @@ class Settings:
         sweep factorises once plus once per step halving; converged search runs use
         1.0-2.0 per sweep in six tgp-benchmark units, while on concrete fold 0 failing
         ones used up to 388 factorisations and three quarters of the search's EP time
-        (``python benchmarks/tgp_cost.py``; docs/benchmarks.md, "Search evaluations that
-        fail").
+        (``robustep reproduce tgp-benchmark --full``).
     final_max_iter : int >= 1
         EP sweeps at most in the final fit of ``StudentTGPRegressor`` and in the first,
         cold-started evaluation of each search start.
@@ -101,14 +99,13 @@ class Settings:
         another inference (EP3's neighbouring grid value); when it does not converge the
         evaluation is repeated from zero sites with ``final_max_iter``.  Warm starts from a
         poor neighbour ran 495-1000 sweeps on Boston fold 0 of tgp-benchmark
-        (docs/benchmarks.md, "EP3's grid walk").
+        (``robustep reproduce tgp-benchmark --full``).
     sparse_first_max_iter : int >= 1
         EP sweeps at most in the first (cold-started) evaluation of a sparse (FITC) search
         start, where a sweep costs O(n m^2).
     stall_patience : int >= 1
         Robust parallel EP halves its step (and finally switches to the double loop) after
-        this many sweeps without a new smallest residual by 10%
-        (``python benchmarks/tgp_search_variants.py`` compares 2 and 5).
+        this many sweeps without a new smallest residual by 10%.
     mean_sweep_fraction : float >= 0
         The engine's O(n^2) mean sweeps stop once the mean mismatch is below this fraction
         of the largest proposed change of a site precision (``python benchmarks/engine.py``;

@@ -72,7 +72,7 @@ def jittered_cholesky(A, *, lower=True, jitter=None, max_tries=None, warn=True):
 
 # Factors of order <= _TRTRI_DIRECT go to LAPACK dtrtri whole; larger ones are split by
 # the recursion of ``triangular_inverse`` down to blocks of order <= _TRTRI_BLOCK
-# (crossover measured with benchmarks/triangular_inverse.py).
+# (crossover measured in docs/derivations/engine_floor.md §6).
 _TRTRI_DIRECT = 160
 _TRTRI_BLOCK = 64
 
@@ -88,7 +88,7 @@ def triangular_inverse(L):
     ``dtrtri``).  The OpenBLAS ``dtrtri`` that SciPy ships runs at about a third of the
     speed of its ``dpotrf`` of the same order (n = 455: 4.3 ms against 1.6 ms on one
     core), while ``dtrmm`` runs at ``dgemm`` speed, so the recursion is 1.5-3 times
-    faster from n ~ 250 on (``python benchmarks/triangular_inverse.py``); factors of
+    faster from n ~ 250 on (docs/derivations/engine_floor.md §6); factors of
     order <= 160 and the recursion's blocks of order <= 64 go to ``dtrtri``.  Only the
     lower triangle of ``L`` is read; the strict upper triangle of the result is zero.
     """
@@ -128,8 +128,8 @@ def cholesky_inverse(L):
     """B^-1 = L^-T L^-1 from the lower Cholesky factor L of B, full symmetric (n, n).
 
     ``triangular_inverse`` and :func:`lower_gram`: the two n^3/3 passes of LAPACK
-    ``dpotri``, with the faster triangular inverse (``python
-    benchmarks/triangular_inverse.py``).  Only the lower triangle of ``L`` is read.
+    ``dpotri``, with the faster triangular inverse (docs/derivations/engine_floor.md
+    §6).  Only the lower triangle of ``L`` is read.
     """
     return lower_gram(triangular_inverse(L))
 
@@ -164,7 +164,7 @@ def blas_matmul(A, B):
     numpy and SciPy wheels ship separate OpenBLAS builds, each with its own thread pool.
     After a multithreaded numpy product, numpy's idle BLAS threads keep spinning for a
     while; a LAPACK call through SciPy right after it then shares the cores with them and
-    runs at one-thread speed (``python benchmarks/sweep_costs.py --threads 2``: ``dtrtri``
+    runs at one-thread speed (docs/derivations/engine_floor.md §6: ``dtrtri``
     at n = 2000 takes 98-101 ms right after numpy's ``K @ x``, 56 ms after the same
     product by SciPy's BLAS; docs/derivations/engine_floor.md §5).  The EP engine's
     per-sweep products therefore go through the library that runs its factorisations.
@@ -212,7 +212,7 @@ def identity_plus_scaled(K, w):
     zeroes the rest.  It is built as the transpose of the row-wise product
     (K_ij w_j) w_i on the upper triangle, in row blocks of ``_SCALE_BLOCK_ROWS``, which
     touches about half of the memory of the full product (8.5-9.9 against 13.3-14.8 ms
-    at n = 2000; both numbers from ``python benchmarks/sweep_costs.py``).  K is not
+    at n = 2000; both numbers in docs/derivations/engine_floor.md §6).  K is not
     modified.
     """
     n = K.shape[0]

@@ -818,7 +818,7 @@ def expectation_propagation(
         objective (modifications 1, 2, 4); larger values iterate the inner loop towards
         consistency (modification 3).  On four seeds of example 2, 2 converged fastest
         where it converged (3 of 4 seeds); only 10 converged on all four, more slowly
-        (``python benchmarks/double_loop.py``, docs/benchmarks.md).
+        (docs/derivations/double_loop.md).
     mean_sweeps : "auto" or int >= 0.  After each robust parallel sweep, up to this many
         O(n^2) sweeps that move only the site shifts, at fixed site precisions, towards
         mean consistency (q's marginal means equal the tilted means), reusing the sweep's

@@ -10,7 +10,7 @@ with ``obj_func(theta, eval_gradient=True)`` returning the negative approximate 
 evidence and its gradient (the value alone when ``eval_gradient`` is False), and
 ``bounds`` a (k, 2) float array (``-inf``/``inf`` where a coordinate, such as an inducing
 input, is unbounded).  A callable lets a user cap or change the search, e.g. a fixed
-iteration budget on a large sparse problem (docs/benchmarks.md).
+iteration budget on a large sparse problem (docs/performance.md#sparse-ep-at-scale).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def df_grid_order(grid):
     spent there, where the evidence has the most local modes), each later value
     warm-started from the one before.  Indices refer to ``grid``.
 
-    Measured (docs/benchmarks.md, "tgp-benchmark --full"): starting at the grid value
+    Measured (``robustep reproduce tgp-benchmark --full``): starting at the grid value
     nearest the initial nu = 4 and walking out to both ends instead was cheaper (Boston
     fold 0: 146-199 s against ~250 s) but followed the nu = 4 mode down to nu = 1.5 and
     ended in a far worse one there on Friedman sets 0 and 3 (log evidence -91.4 vs -61.5

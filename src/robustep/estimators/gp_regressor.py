@@ -249,7 +249,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
                 raise ValueError(
                     "dtype='float32' does not work with the regressor's likelihoods: EP does "
                     "not converge in float32 (the informative sites make I + S K S "
-                    "ill-conditioned; docs/benchmarks.md, 'float32 against float64'); use "
+                    "ill-conditioned; docs/performance.md#gpu, 'float32 against float64'); use "
                     "dtype='float64'"
                 )
             like = _device.check_fit(self, y, methods=DEVICE_METHODS)

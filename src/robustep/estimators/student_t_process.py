@@ -91,7 +91,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
           inaccurate unless the EP tolerance is tiny: the warm-started runs stop after a
           few sweeps.  On Sonar the error is 1.8% at the default inner tolerance 1e-8
           and 4e-5 at 1e-10, where it costs ~100 times more than "implicit" for the 63
-          ARD hyperparameters (``benchmarks/stc_gradient.py --sonar``).  Kept as a
+          ARD hyperparameters (docs/derivations/tep.md §8).  Kept as a
           reference.
         * "auto": "explicit" for df = inf (exact there), "implicit" otherwise.  An
           evaluation whose analytic gradient is not finite falls back to finite

@@ -150,7 +150,7 @@ class StudentTGPRegressor(GPRegressor):
         (which GPClassifier accepts) raises ValueError here: Student-t sites are
         informative (precisions near the likelihood's largest curvature
         (nu+1)/(nu sigma^2)), so I + S K S is ill-conditioned and float32 rounding leaves
-        a floor in EP's residual (0.10 at n = 500, docs/benchmarks.md "float32 against
+        a floor in EP's residual (0.10 at n = 500, docs/performance.md#gpu "float32 against
         float64"; 0.075 at n = 60 with the tests' outliers) far above the tolerance:
         EP never converges, the log evidence is off by ~0.1, and every evaluation of the
         hyperparameter search would count as failed.  A clear error is better than a

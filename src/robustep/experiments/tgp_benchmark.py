@@ -220,7 +220,7 @@ def _pool_mcmc(parts):
 
 # Relative cost per unit (LA1 = 1), used only to start long units first: CPU seconds
 # measured on Boston fold 0 on the idle machine after the search changes of issue 12
-# (docs/benchmarks.md, "tgp-benchmark --full"; LA1 = 22 s, MCMC with 2000 draws).
+# (LA1 = 22 s, MCMC with 2000 draws).
 _COST = {"GA": 0.5, "LA1": 1, "LA2": 0.8, "EP1": 1.5, "EP2": 1.4, "EP3": 8.6}
 _COST.update({"fVB1": 2.5, "fVB2": 2.5, "VB1": 1.6, "VB2": 1.5, "MCMC": 11})
 
@@ -555,7 +555,8 @@ EXPERIMENT = register(
             "mcmc_hyper_every": 3,
             # coordinate-wise slice sampling, the paper's sampler (§6.2): on Boston fold 0
             # 212 against 93 CPU s for random-walk Metropolis ("metropolis"), but over ten
-            # folds Metropolis met R-hat < 1.1 in 3, slice sampling in 8 (docs/benchmarks.md)
+            # folds Metropolis met R-hat < 1.1 in 3, slice sampling in 8
+            # (docs/full-runs/tgp-benchmark)
             "mcmc_hyper_sampler": "slice",
             "n_restarts": 2,
             "boston_folds": 10,
