@@ -32,11 +32,12 @@ Exit status 1 when any of the three must-be-zero counts is not zero.
 ``--step-noise`` runs a second grid at the engine level: the label-noise step likelihood
 (``NoisyStep``) at fixed hyperparameters on XOR and smooth class boundaries with 10-30%
 flipped labels, n in {200, 300}, five seeds, for several ways of finding the EP fixed
-point (the ``method="auto"`` chain, the engine's default, damped parallel EP, sequential
-EP, the double loop, and power EP with the engine's default schedule or plain damped
-parallel sweeps, which is another approximation); for each it prints
-runs, converged, seconds and sweeps (``--candidates`` picks them, ``--max-iter`` sets the
-sweep budget).
+point (the ``method="auto"`` chain, variants of it and a search evaluation's chain, the
+engine's default, damped parallel EP, sequential EP, the double loop, and power EP with
+the engine's default schedule or plain damped parallel sweeps, which is another
+approximation); for each it prints runs, converged, total, median and slowest seconds,
+sweeps and, for a chain, the stage that converged (``--candidates`` picks them,
+``--max-iter`` sets the sweep budget).
 """
 
 from __future__ import annotations
@@ -352,11 +353,46 @@ def format_table(table):
 
 
 # ------------------------------------------------------------- label-noise step cells
+def _auto(max_iter):
+    """The estimators' ``method="auto"`` chain (:meth:`InferenceStrategy.auto`)."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.auto(max_iter)
+
+
+def _old_auto(max_iter):
+    """The chain before the power stage: parallel EP, adaptive damping from 0.5 in blocks of
+    50 sweeps, then the double loop with no factorisation limit."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy(stages=("ep", "damped", "double_loop"), max_iter=max_iter)
+
+
+def _auto_adaptive(max_iter):
+    """The default chain with stage "damped" an adaptive schedule from 0.8 (blocks of 50)."""
+    from robustep.ep import AdaptiveDamping, InferenceStrategy
+
+    return dataclasses.replace(
+        InferenceStrategy.auto(max_iter), damping=AdaptiveDamping(start=0.8, block=50)
+    )
+
+
+def _search(max_iter):
+    """The chain of a hyperparameter-search evaluation at the default search budgets."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.search_run()
+
+
 # ways of finding the EP fixed point on the label-noise step likelihood: keyword arguments
-# of robustep.ep.expectation_propagation (None: the method="auto" chain); "power 0.5" is
-# power EP, a different approximation
+# of robustep.ep.expectation_propagation, or a function of max_iter giving the
+# InferenceStrategy of a chain ("auto": InferenceStrategy.auto, the estimators' default);
+# "power 0.5 ..." is power EP, a different approximation
 STEP_CANDIDATES = {
-    "auto": None,
+    "auto": _auto,
+    "auto adaptive 0.8": _auto_adaptive,
+    "old auto": _old_auto,
+    "search": _search,
     "ep": {},
     "damped 0.8": {"damping": 0.8, "double_loop": False},
     "sequential": {"schedule": "sequential"},
@@ -364,7 +400,7 @@ STEP_CANDIDATES = {
     "power 0.5": {"power": 0.5},
     "power 0.5 damped 0.5": {"power": 0.5, "damping": 0.5, "double_loop": False},
 }
-STEP_DEFAULT = ("auto", "ep", "damped 0.8", "double loop", "power 0.5", "power 0.5 damped 0.5")
+STEP_DEFAULT = ("auto", "old auto", "ep", "damped 0.8", "power 0.5 damped 0.5")
 
 
 def step_noise_data(boundary, n, flip, seed):
@@ -386,19 +422,22 @@ def step_noise_cells(quick=False):
     """(boundary, flip, label_noise, n, seed, signal variance, length-scale) of the grid.
 
     Quick: XOR with 20% flips and the smooth boundary with 10%, n in {200, 300}, seeds 5-9,
-    ConstantKernel(4) * RBF(0.5).  Full: 10%, 20% and 30% flips on both boundaries, also at
-    the default starting kernel ConstantKernel(1) * RBF(1) (a search's first evaluation).
+    ConstantKernel(4) * RBF(0.5), the likelihood's label noise equal to the flip rate.
+    Full: 10%, 20% and 30% flips on both boundaries, and XOR with 20% flips fitted with
+    label noise 0.1, also at the default starting kernel ConstantKernel(1) * RBF(1) (a
+    search's first evaluation).
     """
     if quick:
-        specs = [("xor", 0.2), ("smooth", 0.1)]
+        specs = [("xor", 0.2, 0.2), ("smooth", 0.1, 0.1)]
         hypers = [(4.0, 0.5)]
     else:
-        specs = [(b, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)]
+        specs = [(b, f, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)]
+        specs.append(("xor", 0.2, 0.1))
         hypers = [(4.0, 0.5), (1.0, 1.0)]
     return [
-        (boundary, flip, flip, n, seed, variance, ell)
+        (boundary, flip, eps, n, seed, variance, ell)
         for variance, ell in hypers
-        for boundary, flip in specs
+        for boundary, flip, eps in specs
         for n in (200, 300)
         for seed in range(5, 10)
     ]
@@ -406,8 +445,7 @@ def step_noise_cells(quick=False):
 
 def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=False):
     """Run each candidate on each cell; return {(cell label, candidate): counts}."""
-    from robustep.ep import expectation_propagation
-    from robustep.ep.chain import auto_expectation_propagation
+    from robustep.ep import expectation_propagation, run_chain
     from robustep.likelihoods import NoisyStep
     from robustep.posterior import DensePrior
 
@@ -415,14 +453,15 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
     for boundary, flip, eps, n, seed, variance, ell in cell_list:
         X, y = step_noise_data(boundary, n, flip, seed)
         K = DensePrior((ConstantKernel(variance) * RBF(ell))(X), check=False)
-        label = f"{boundary} {flip:.0%} n={n} s2={variance:g} ell={ell:g}"
+        noise = "" if eps == flip else f" eps={eps:g}"
+        label = f"{boundary} {flip:.0%}{noise} n={n} s2={variance:g} ell={ell:g}"
         for name in candidates:
             kwargs = STEP_CANDIDATES[name]
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                if kwargs is None:
-                    res = auto_expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter)
+                if callable(kwargs):
+                    res = run_chain(K, y, NoisyStep(eps), kwargs(max_iter))
                 else:
                     res = expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter, **kwargs)
             seconds = time.perf_counter() - t0
@@ -431,7 +470,11 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
             row["converged"] += bool(res.converged)
             row["seconds"] += seconds
             row["max_seconds"] = max(row["max_seconds"], seconds)
+            row.setdefault("times", []).append(seconds)
             row["sweeps"] += int(res.n_iter)
+            used = getattr(res, "method_used", None)
+            if used is not None and res.converged:
+                row.setdefault("used", defaultdict(int))[used] += 1
             if verbose:
                 used = getattr(res, "method_used", "")
                 print(f"{label:34s} seed {seed} {name:12s} {res.converged!s:5s} "
@@ -440,12 +483,16 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
 
 
 def format_step_noise(table):
-    lines = ["| cell | candidate | runs | converged | seconds | slowest run (s) | sweeps |",
-             "|" + "---|" * 7]  # fmt: skip
+    """One row per (cell, candidate): runs, converged, total / median / slowest seconds,
+    sweeps, and for a chain the stage that converged (stage: runs)."""
+    lines = ["| cell | candidate | runs | converged | seconds | median (s) | slowest run (s) "
+             "| sweeps | converged in |", "|" + "---|" * 9]  # fmt: skip
     for (label, name), row in table.items():
+        used = ", ".join(f"{k}: {v}" for k, v in sorted(row.get("used", {}).items()))
         lines.append(
             f"| {label} | {name} | {row['runs']:.0f} | {row['converged']:.0f} | "
-            f"{row['seconds']:.1f} | {row['max_seconds']:.1f} | {row['sweeps']:.0f} |"
+            f"{row['seconds']:.1f} | {np.median(row['times']):.1f} | {row['max_seconds']:.1f} "
+            f"| {row['sweeps']:.0f} | {used or '-'} |"
         )
     return "\n".join(lines)
 
