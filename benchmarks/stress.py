@@ -6,8 +6,8 @@ duplicated inputs, constant features, 1-20% flipped labels, Student-t nu from 1 
 0-30% gross outliers, n from 2 to 4000 (the largest cells with one method each), and
 unbalanced classes (1 positive in 1000) -- is run for
 
-* GPClassifier, methods ep, damped, power, rep, laplace,
-* StudentTGPRegressor, methods ep and fractional,
+* GPClassifier, methods auto (the default chain), ep, damped, power, rep, laplace,
+* StudentTGPRegressor, methods auto, ep and fractional,
 * StudentTProcessClassifier (EP),
 * BayesPointMachine, methods ep and adf.
 
@@ -18,13 +18,15 @@ deviations, probabilities outside [0, 1] or not summing to 1; must be 0), silent
 other than ValueError/TypeError with a message; must be 0), documented (ValueError or
 TypeError raised with a message -- counted, not failures), non-finite evidence (fits whose
 ``log_marginal_likelihood_value_`` is -inf or NaN; reported separately, see
-docs/reliability.md) and seconds.
+docs/reliability.md), seconds (summed, median and slowest run) and, for method "auto",
+the stage each converged fit ended in (``method_used_``: count).
 
 Usage::
 
     nice python benchmarks/stress.py            # the full grid (docs/reliability.md)
     python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/test_stress.py)
     python benchmarks/stress.py --verbose       # one line per run
+    python benchmarks/stress.py --methods auto  # the cells of the named methods only
     python benchmarks/stress.py --step-noise --quick    # label-noise step cells, minutes
 
 Exit status 1 when any of the three must-be-zero counts is not zero.
@@ -58,8 +60,8 @@ from robustep.estimators.gp_classifier import GPClassifier
 from robustep.estimators.student_t_process import StudentTProcessClassifier
 from robustep.estimators.student_t_regressor import StudentTGPRegressor
 
-GPC_METHODS = ("ep", "damped", "power", "rep", "laplace")
-TGP_METHODS = ("ep", "fractional")
+GPC_METHODS = ("auto", "ep", "damped", "power", "rep", "laplace")
+TGP_METHODS = ("auto", "ep", "fractional")
 BPM_METHODS = ("ep", "adf")
 
 
@@ -280,7 +282,7 @@ def run_cell(cell):
     """Fit and predict once; return a dict of outcomes."""
     t0 = time.perf_counter()
     out = dict(converged=False, warned=False, nonfinite=False, evidence=False, silent=False,
-               undocumented=False, documented=False, error="")  # fmt: skip
+               undocumented=False, documented=False, error="", method_used=None)  # fmt: skip
     X0, y0 = cell.X.copy(), cell.y.copy()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -292,6 +294,7 @@ def run_cell(cell):
             out["evidence"] = not _finite_evidence(est)
         out["warned"] = any(issubclass(w.category, ConvergenceWarning) for w in caught)
         out["converged"] = bool(getattr(est, "converged_", True))
+        out["method_used"] = getattr(est, "method_used_", None)
         out["silent"] = not out["converged"] and not out["warned"]
         if not (np.array_equal(X0, cell.X) and np.array_equal(y0, cell.y)):
             out["undocumented"], out["error"] = True, "fit modified the caller's arrays"
@@ -307,11 +310,14 @@ def run_cell(cell):
     return out
 
 
-def run(quick=False, verbose=False, seed=0):
-    """Run the grid; return {(estimator, method): counts} and the failing runs."""
+def run(quick=False, verbose=False, seed=0, methods=None):
+    """Run the grid (the cells of ``methods`` only, when given); return
+    {(estimator, method): counts} and the failing runs."""
     table = defaultdict(lambda: defaultdict(float))
     failures = []
     for cell in cells(quick, seed):
+        if methods is not None and cell.method not in methods:
+            continue
         r = run_cell(cell)
         row = table[(cell.estimator, cell.method)]
         row["runs"] += 1
@@ -326,6 +332,9 @@ def run(quick=False, verbose=False, seed=0):
         ):
             row[key] += int(r[key])
         row["seconds"] += r["seconds"]
+        row.setdefault("times", []).append(r["seconds"])
+        if cell.method == "auto" and r["converged"] and r["method_used"]:
+            row.setdefault("used", defaultdict(int))[r["method_used"]] += 1
         bad = r["nonfinite"] or r["silent"] or r["undocumented"]
         if bad:
             failures.append((cell, r))
@@ -340,14 +349,18 @@ def run(quick=False, verbose=False, seed=0):
 
 def format_table(table):
     head = ("| estimator | method | runs | converged | warned | NaN/inf | silent | undocumented "
-            "| documented errors | non-finite evidence | seconds |")  # fmt: skip
-    lines = [head, "|" + "---|" * 11]
+            "| documented errors | non-finite evidence | seconds | median (s) | slowest (s) "
+            "| method_used_ |")  # fmt: skip
+    lines = [head, "|" + "---|" * 14]
     for (est, method), row in sorted(table.items()):
+        times = row.get("times") or [0.0]
+        used = ", ".join(f"{k} {v}" for k, v in sorted(row.get("used", {}).items()))
         lines.append(
             f"| {est} | {method} | {row['runs']:.0f} | {row['converged']:.0f} | "
             f"{row['warned']:.0f} | {row['nonfinite']:.0f} | {row['silent']:.0f} | "
             f"{row['undocumented']:.0f} | {row['documented']:.0f} | {row['evidence']:.0f} | "
-            f"{row['seconds']:.1f} |"
+            f"{row['seconds']:.1f} | {np.median(times):.2f} | {max(times):.1f} | "
+            f"{used or '-'} |"
         )
     return "\n".join(lines)
 
@@ -511,6 +524,9 @@ def main(argv=None):
         help=f"--step-noise: comma-separated, of {', '.join(STEP_CANDIDATES)}",
     )
     parser.add_argument("--max-iter", type=int, default=1000, help="--step-noise: sweeps")
+    parser.add_argument(
+        "--methods", default=None, help="comma-separated: run the cells of these methods only"
+    )
     args = parser.parse_args(argv)
     if args.step_noise:
         names = [c.strip() for c in args.candidates.split(",")]
@@ -521,7 +537,8 @@ def main(argv=None):
         print(format_step_noise(table))
         return 0
     t0 = time.perf_counter()
-    table, failures = run(args.quick, args.verbose, args.seed)
+    methods = None if args.methods is None else {m.strip() for m in args.methods.split(",")}
+    table, failures = run(args.quick, args.verbose, args.seed, methods)
     print(format_table(table))
     keys = ("runs", "nonfinite", "silent", "undocumented", "evidence")
     total = {k: sum(r[k] for r in table.values()) for k in keys}
