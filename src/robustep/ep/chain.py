@@ -2,8 +2,9 @@
 
 One chain, used by every estimator that offers ``method="auto"``, run by
 :func:`run_chain` with the stages of an :class:`~robustep.ep.strategy.InferenceStrategy`.
-The stages all look for the same thing, a fixed point of EP, and differ only in the
-algorithm, from the cheapest to the most robust; the chain stops at the first stage that
+Stages 1, 2 and 4 below look for the same thing, a fixed point of EP, and differ only in
+the algorithm; stage 3 looks for a fixed point of power EP, another approximation, tried
+only where EP's own iterations failed.  The chain stops at the first stage that
 converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceStrategy.auto>`:
 
 1. ``"ep"``: parallel EP (one factorisation per sweep, cavities kept positive,
