@@ -6,8 +6,8 @@ duplicated inputs, constant features, 1-20% flipped labels, Student-t nu from 1 
 0-30% gross outliers, n from 2 to 4000 (the largest cells with one method each), and
 unbalanced classes (1 positive in 1000) -- is run for
 
-* GPClassifier, methods ep, damped, power, rep, laplace,
-* StudentTGPRegressor, methods ep and fractional,
+* GPClassifier, methods auto (the default chain), ep, damped, power, rep, laplace,
+* StudentTGPRegressor, methods auto, ep and fractional,
 * StudentTProcessClassifier (EP),
 * BayesPointMachine, methods ep and adf.
 
@@ -18,13 +18,15 @@ deviations, probabilities outside [0, 1] or not summing to 1; must be 0), silent
 other than ValueError/TypeError with a message; must be 0), documented (ValueError or
 TypeError raised with a message -- counted, not failures), non-finite evidence (fits whose
 ``log_marginal_likelihood_value_`` is -inf or NaN; reported separately, see
-docs/reliability.md) and seconds.
+docs/reliability.md), seconds (summed, median and slowest run) and, for method "auto",
+the stage each converged fit ended in (``method_used_``: count).
 
 Usage::
 
     nice python benchmarks/stress.py            # the full grid (docs/reliability.md)
     python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/test_stress.py)
     python benchmarks/stress.py --verbose       # one line per run
+    python benchmarks/stress.py --methods auto  # the cells of the named methods only
     python benchmarks/stress.py --step-noise --quick    # label-noise step cells, minutes
 
 Exit status 1 when any of the three must-be-zero counts is not zero.
@@ -32,11 +34,12 @@ Exit status 1 when any of the three must-be-zero counts is not zero.
 ``--step-noise`` runs a second grid at the engine level: the label-noise step likelihood
 (``NoisyStep``) at fixed hyperparameters on XOR and smooth class boundaries with 10-30%
 flipped labels, n in {200, 300}, five seeds, for several ways of finding the EP fixed
-point (the ``method="auto"`` chain, the engine's default, damped parallel EP, sequential
-EP, the double loop, and power EP with the engine's default schedule or plain damped
-parallel sweeps, which is another approximation); for each it prints
-runs, converged, seconds and sweeps (``--candidates`` picks them, ``--max-iter`` sets the
-sweep budget).
+point (the ``method="auto"`` chain, variants of it and a search evaluation's chain, the
+engine's default, damped parallel EP, sequential EP, the double loop, and power EP with
+the engine's default schedule or plain damped parallel sweeps, which is another
+approximation); for each it prints runs, converged, total, median and slowest seconds,
+sweeps and, for a chain, the stage that converged (``--candidates`` picks them,
+``--max-iter`` sets the sweep budget).
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ from robustep.estimators.gp_classifier import GPClassifier
 from robustep.estimators.student_t_process import StudentTProcessClassifier
 from robustep.estimators.student_t_regressor import StudentTGPRegressor
 
-GPC_METHODS = ("ep", "damped", "power", "rep", "laplace")
-TGP_METHODS = ("ep", "fractional")
+GPC_METHODS = ("auto", "ep", "damped", "power", "rep", "laplace")
+TGP_METHODS = ("auto", "ep", "fractional")
 BPM_METHODS = ("ep", "adf")
 
 
@@ -279,7 +282,7 @@ def run_cell(cell):
     """Fit and predict once; return a dict of outcomes."""
     t0 = time.perf_counter()
     out = dict(converged=False, warned=False, nonfinite=False, evidence=False, silent=False,
-               undocumented=False, documented=False, error="")  # fmt: skip
+               undocumented=False, documented=False, error="", method_used=None)  # fmt: skip
     X0, y0 = cell.X.copy(), cell.y.copy()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -291,6 +294,7 @@ def run_cell(cell):
             out["evidence"] = not _finite_evidence(est)
         out["warned"] = any(issubclass(w.category, ConvergenceWarning) for w in caught)
         out["converged"] = bool(getattr(est, "converged_", True))
+        out["method_used"] = getattr(est, "method_used_", None)
         out["silent"] = not out["converged"] and not out["warned"]
         if not (np.array_equal(X0, cell.X) and np.array_equal(y0, cell.y)):
             out["undocumented"], out["error"] = True, "fit modified the caller's arrays"
@@ -306,11 +310,14 @@ def run_cell(cell):
     return out
 
 
-def run(quick=False, verbose=False, seed=0):
-    """Run the grid; return {(estimator, method): counts} and the failing runs."""
+def run(quick=False, verbose=False, seed=0, methods=None):
+    """Run the grid (the cells of ``methods`` only, when given); return
+    {(estimator, method): counts} and the failing runs."""
     table = defaultdict(lambda: defaultdict(float))
     failures = []
     for cell in cells(quick, seed):
+        if methods is not None and cell.method not in methods:
+            continue
         r = run_cell(cell)
         row = table[(cell.estimator, cell.method)]
         row["runs"] += 1
@@ -325,6 +332,9 @@ def run(quick=False, verbose=False, seed=0):
         ):
             row[key] += int(r[key])
         row["seconds"] += r["seconds"]
+        row.setdefault("times", []).append(r["seconds"])
+        if cell.method == "auto" and r["converged"] and r["method_used"]:
+            row.setdefault("used", defaultdict(int))[r["method_used"]] += 1
         bad = r["nonfinite"] or r["silent"] or r["undocumented"]
         if bad:
             failures.append((cell, r))
@@ -339,24 +349,63 @@ def run(quick=False, verbose=False, seed=0):
 
 def format_table(table):
     head = ("| estimator | method | runs | converged | warned | NaN/inf | silent | undocumented "
-            "| documented errors | non-finite evidence | seconds |")  # fmt: skip
-    lines = [head, "|" + "---|" * 11]
+            "| documented errors | non-finite evidence | seconds | median (s) | slowest (s) "
+            "| method_used_ |")  # fmt: skip
+    lines = [head, "|" + "---|" * 14]
     for (est, method), row in sorted(table.items()):
+        times = row.get("times") or [0.0]
+        used = ", ".join(f"{k} {v}" for k, v in sorted(row.get("used", {}).items()))
         lines.append(
             f"| {est} | {method} | {row['runs']:.0f} | {row['converged']:.0f} | "
             f"{row['warned']:.0f} | {row['nonfinite']:.0f} | {row['silent']:.0f} | "
             f"{row['undocumented']:.0f} | {row['documented']:.0f} | {row['evidence']:.0f} | "
-            f"{row['seconds']:.1f} |"
+            f"{row['seconds']:.1f} | {np.median(times):.2f} | {max(times):.1f} | "
+            f"{used or '-'} |"
         )
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------- label-noise step cells
+def _auto(max_iter):
+    """The estimators' ``method="auto"`` chain (:meth:`InferenceStrategy.auto`)."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.auto(max_iter)
+
+
+def _old_auto(max_iter):
+    """The chain before the power stage: parallel EP, adaptive damping from 0.5 in blocks of
+    50 sweeps, then the double loop with no factorisation limit."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy(stages=("ep", "damped", "double_loop"), max_iter=max_iter)
+
+
+def _auto_adaptive(max_iter):
+    """The default chain with stage "damped" an adaptive schedule from 0.8 (blocks of 50)."""
+    from robustep.ep import AdaptiveDamping, InferenceStrategy
+
+    return dataclasses.replace(
+        InferenceStrategy.auto(max_iter), damping=AdaptiveDamping(start=0.8, block=50)
+    )
+
+
+def _search(max_iter):
+    """The chain of a hyperparameter-search evaluation at the default search budgets."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.search_run()
+
+
 # ways of finding the EP fixed point on the label-noise step likelihood: keyword arguments
-# of robustep.ep.expectation_propagation (None: the method="auto" chain); "power 0.5" is
-# power EP, a different approximation
+# of robustep.ep.expectation_propagation, or a function of max_iter giving the
+# InferenceStrategy of a chain ("auto": InferenceStrategy.auto, the estimators' default);
+# "power 0.5 ..." is power EP, a different approximation
 STEP_CANDIDATES = {
-    "auto": None,
+    "auto": _auto,
+    "auto adaptive 0.8": _auto_adaptive,
+    "old auto": _old_auto,
+    "search": _search,
     "ep": {},
     "damped 0.8": {"damping": 0.8, "double_loop": False},
     "sequential": {"schedule": "sequential"},
@@ -364,7 +413,7 @@ STEP_CANDIDATES = {
     "power 0.5": {"power": 0.5},
     "power 0.5 damped 0.5": {"power": 0.5, "damping": 0.5, "double_loop": False},
 }
-STEP_DEFAULT = ("auto", "ep", "damped 0.8", "double loop", "power 0.5", "power 0.5 damped 0.5")
+STEP_DEFAULT = ("auto", "old auto", "ep", "damped 0.8", "power 0.5 damped 0.5")
 
 
 def step_noise_data(boundary, n, flip, seed):
@@ -386,19 +435,22 @@ def step_noise_cells(quick=False):
     """(boundary, flip, label_noise, n, seed, signal variance, length-scale) of the grid.
 
     Quick: XOR with 20% flips and the smooth boundary with 10%, n in {200, 300}, seeds 5-9,
-    ConstantKernel(4) * RBF(0.5).  Full: 10%, 20% and 30% flips on both boundaries, also at
-    the default starting kernel ConstantKernel(1) * RBF(1) (a search's first evaluation).
+    ConstantKernel(4) * RBF(0.5), the likelihood's label noise equal to the flip rate.
+    Full: 10%, 20% and 30% flips on both boundaries, and XOR with 20% flips fitted with
+    label noise 0.1, also at the default starting kernel ConstantKernel(1) * RBF(1) (a
+    search's first evaluation).
     """
     if quick:
-        specs = [("xor", 0.2), ("smooth", 0.1)]
+        specs = [("xor", 0.2, 0.2), ("smooth", 0.1, 0.1)]
         hypers = [(4.0, 0.5)]
     else:
-        specs = [(b, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)]
+        specs = [(b, f, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)]
+        specs.append(("xor", 0.2, 0.1))
         hypers = [(4.0, 0.5), (1.0, 1.0)]
     return [
-        (boundary, flip, flip, n, seed, variance, ell)
+        (boundary, flip, eps, n, seed, variance, ell)
         for variance, ell in hypers
-        for boundary, flip in specs
+        for boundary, flip, eps in specs
         for n in (200, 300)
         for seed in range(5, 10)
     ]
@@ -406,8 +458,7 @@ def step_noise_cells(quick=False):
 
 def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=False):
     """Run each candidate on each cell; return {(cell label, candidate): counts}."""
-    from robustep.ep import expectation_propagation
-    from robustep.ep.chain import auto_expectation_propagation
+    from robustep.ep import expectation_propagation, run_chain
     from robustep.likelihoods import NoisyStep
     from robustep.posterior import DensePrior
 
@@ -415,14 +466,15 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
     for boundary, flip, eps, n, seed, variance, ell in cell_list:
         X, y = step_noise_data(boundary, n, flip, seed)
         K = DensePrior((ConstantKernel(variance) * RBF(ell))(X), check=False)
-        label = f"{boundary} {flip:.0%} n={n} s2={variance:g} ell={ell:g}"
+        noise = "" if eps == flip else f" eps={eps:g}"
+        label = f"{boundary} {flip:.0%}{noise} n={n} s2={variance:g} ell={ell:g}"
         for name in candidates:
             kwargs = STEP_CANDIDATES[name]
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                if kwargs is None:
-                    res = auto_expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter)
+                if callable(kwargs):
+                    res = run_chain(K, y, NoisyStep(eps), kwargs(max_iter))
                 else:
                     res = expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter, **kwargs)
             seconds = time.perf_counter() - t0
@@ -431,7 +483,11 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
             row["converged"] += bool(res.converged)
             row["seconds"] += seconds
             row["max_seconds"] = max(row["max_seconds"], seconds)
+            row.setdefault("times", []).append(seconds)
             row["sweeps"] += int(res.n_iter)
+            used = getattr(res, "method_used", None)
+            if used is not None and res.converged:
+                row.setdefault("used", defaultdict(int))[used] += 1
             if verbose:
                 used = getattr(res, "method_used", "")
                 print(f"{label:34s} seed {seed} {name:12s} {res.converged!s:5s} "
@@ -440,12 +496,16 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
 
 
 def format_step_noise(table):
-    lines = ["| cell | candidate | runs | converged | seconds | slowest run (s) | sweeps |",
-             "|" + "---|" * 7]  # fmt: skip
+    """One row per (cell, candidate): runs, converged, total / median / slowest seconds,
+    sweeps, and for a chain the stage that converged (stage: runs)."""
+    lines = ["| cell | candidate | runs | converged | seconds | median (s) | slowest run (s) "
+             "| sweeps | converged in |", "|" + "---|" * 9]  # fmt: skip
     for (label, name), row in table.items():
+        used = ", ".join(f"{k}: {v}" for k, v in sorted(row.get("used", {}).items()))
         lines.append(
             f"| {label} | {name} | {row['runs']:.0f} | {row['converged']:.0f} | "
-            f"{row['seconds']:.1f} | {row['max_seconds']:.1f} | {row['sweeps']:.0f} |"
+            f"{row['seconds']:.1f} | {np.median(row['times']):.1f} | {row['max_seconds']:.1f} "
+            f"| {row['sweeps']:.0f} | {used or '-'} |"
         )
     return "\n".join(lines)
 
@@ -464,6 +524,9 @@ def main(argv=None):
         help=f"--step-noise: comma-separated, of {', '.join(STEP_CANDIDATES)}",
     )
     parser.add_argument("--max-iter", type=int, default=1000, help="--step-noise: sweeps")
+    parser.add_argument(
+        "--methods", default=None, help="comma-separated: run the cells of these methods only"
+    )
     args = parser.parse_args(argv)
     if args.step_noise:
         names = [c.strip() for c in args.candidates.split(",")]
@@ -474,7 +537,8 @@ def main(argv=None):
         print(format_step_noise(table))
         return 0
     t0 = time.perf_counter()
-    table, failures = run(args.quick, args.verbose, args.seed)
+    methods = None if args.methods is None else {m.strip() for m in args.methods.split(",")}
+    table, failures = run(args.quick, args.verbose, args.seed, methods)
     print(format_table(table))
     keys = ("runs", "nonfinite", "silent", "undocumented", "evidence")
     total = {k: sum(r[k] for r in table.values()) for k in keys}

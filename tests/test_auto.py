@@ -1,4 +1,4 @@
-"""method="auto": parallel EP -> damped EP -> double loop (ep/chain.py)."""
+"""method="auto": parallel EP -> damped EP -> power EP -> double loop (ep/chain.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def test_hard_problem_falls_back_and_reaches_the_ep_fixed_point():
         warnings.simplefilter("error", ConvergenceWarning)
         res = auto_expectation_propagation(K, y, lik)
     assert res.converged
-    assert res.method_used in ("damped", "double_loop")
+    # stage 2 (EP's fixed point), not the power stage's different approximation
+    assert res.method_used == "damped"
     assert [t[0] for t in res.methods_tried][0] == "ep" and not res.methods_tried[0][1]
     assert res.n_iter == sum(t[2] for t in res.methods_tried)
     again = expectation_propagation(K, y, lik, init=res, max_iter=1, double_loop=False)
@@ -75,21 +76,22 @@ def test_all_stages_fail_warns_once_naming_them():
     msgs = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert len(msgs) == 1
     assert "parallel EP" in msgs[0] and "damped EP" in msgs[0] and "double-loop" in msgs[0]
+    assert "power EP" in msgs[0] and "a different approximation" in msgs[0]
     assert not clf.converged_
     assert np.all(np.isfinite(clf.predict_proba(X)))
 
 
-def test_without_double_loop_the_chain_stops_after_damped_ep():
-    """double_loop=False (inner runs of a hyperparameter search): stages 1-2 only."""
+def test_without_double_loop_the_chain_stops_after_power_ep():
+    """double_loop=False (inner runs of a hyperparameter search): stages 1-3 only."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(30, 1))
     y = np.where(X[:, 0] > 0, 1.0, -1.0)
     K = (ConstantKernel(1e4) * RBF(1.0))(X)
     res = auto_expectation_propagation(K, y, Probit(), max_iter=1, tol=1e-12, double_loop=False)
-    assert [t[0] for t in res.methods_tried] == ["ep", "damped"]
+    assert [t[0] for t in res.methods_tried] == ["ep", "damped", "power"]
     assert not res.converged and "double-loop" not in res.message
     full = auto_expectation_propagation(K, y, Probit(), max_iter=1, tol=1e-12)
-    assert [t[0] for t in full.methods_tried] == ["ep", "damped", "double_loop"]
+    assert [t[0] for t in full.methods_tried] == ["ep", "damped", "double_loop", "power"]
 
 
 def test_explicit_ep_is_unchanged():

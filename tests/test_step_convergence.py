@@ -1,5 +1,5 @@
 """EP on the label-noise step likelihood with flipped labels: the method="auto" chain's
-report of its damped stage (ep/chain.py)."""
+stages, its report of each, and its convergence on the quick cells of benchmarks/stress.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
+from robustep.ep import AdaptiveDamping, InferenceStrategy, expectation_propagation, run_chain
 from robustep.ep.chain import auto_expectation_propagation
 from robustep.likelihoods import NoisyStep
 from robustep.posterior import DensePrior
@@ -37,14 +38,17 @@ def _moment_matching_residual(res, y, lik):
     )
 
 
-def test_damped_stage_reports_the_residual_of_its_state():
-    """On this data set the damped stage's robust step is blocked after some sweeps (a cavity
-    precision is left just above zero, and no halved step keeps it positive), so its next
-    run makes no sweep; the stage must still report its state's finite residual."""
+def test_adaptive_damped_stage_reports_the_residual_of_its_state():
+    """On this data set a damped stage with adaptive damping from 0.5 has its robust step
+    blocked after some sweeps (a cavity precision is left just above zero, and no halved
+    step keeps it positive), so its next run makes no sweep; the stage must still report its
+    state's finite residual."""
     X, y = _xor(300, 0.2, seed=7)
     K = DensePrior((ConstantKernel(4.0) * RBF(0.5))(X), check=False)
     lik = NoisyStep(0.2)
-    res = auto_expectation_propagation(K, y, lik, max_iter=100, double_loop=False)
+    strategy = InferenceStrategy(stages=("ep", "damped"), max_iter=100)
+    assert strategy.damping == AdaptiveDamping(start=0.5, block=50)
+    res = run_chain(K, y, lik, strategy)
     tried = {
         name: (converged, n_iter, resid) for name, converged, n_iter, resid in res.methods_tried
     }
@@ -86,3 +90,39 @@ def test_stress_step_noise_cells_and_run():
         assert row["runs"] == 1 and 0 <= row["converged"] <= 1
         assert 1 <= row["sweeps"] <= 30 and row["seconds"] > 0
     assert "| xor 20% n=30 s2=1 ell=1 | ep | 1 |" in stress.format_step_noise(table)
+
+
+def test_default_chain_converges_on_every_quick_step_cell():
+    """The quick cells of benchmarks/stress.py --step-noise (XOR with 20% flips, the smooth
+    boundary with 10%, n in {200, 300}, five seeds, ConstantKernel(4) * RBF(0.5)): the
+    default chain converges on each, at EP's fixed point (stages 1-2) where it did before
+    the power stage, and no run reaches the double loop."""
+    stress = _stress()
+    for cell in stress.step_noise_cells(quick=True):
+        boundary, flip, eps, n, seed, variance, ell = cell
+        X, y = stress.step_noise_data(boundary, n, flip, seed)
+        K = DensePrior((ConstantKernel(variance) * RBF(ell))(X), check=False)
+        res = auto_expectation_propagation(K, y, NoisyStep(eps))
+        assert res.converged, (cell, res.methods_tried)
+        assert res.method_used in ("ep", "damped", "power"), (cell, res.methods_tried)
+
+
+def test_power_stage_result_says_power():
+    """XOR, 20% flips, label noise 0.1 at ConstantKernel(1) * RBF(1): parallel EP, damped EP
+    and the double loop do not converge, power EP does; the result says which (a
+    different approximation)."""
+    X, y = _xor(200, 0.2, seed=8)
+    K = DensePrior((ConstantKernel(1.0) * RBF(1.0))(X), check=False)
+    res = auto_expectation_propagation(K, y, NoisyStep(0.1))
+    assert res.converged and res.method_used == "power"
+    assert [(name, conv) for name, conv, _, _ in res.methods_tried] == [
+        ("ep", False),
+        ("damped", False),
+        ("double_loop", False),
+        ("power", True),
+    ]
+    # a fixed point of power EP (alpha 0.5): one more power-EP sweep moves nothing
+    again = expectation_propagation(
+        K, y, NoisyStep(0.1), power=0.5, init=res, max_iter=1, double_loop=False
+    )
+    assert again.converged

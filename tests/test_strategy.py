@@ -13,7 +13,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 import robustep
 import robustep.ep as ep_package
 from robustep.ep import AdaptiveDamping, DoubleLoop, InferenceStrategy, run_chain
-from robustep.ep.strategy import STAGES, DampingSchedule
+from robustep.ep.strategy import STAGES, DampingSchedule, PowerStage
 from robustep.likelihoods import Probit
 
 
@@ -31,6 +31,8 @@ from robustep.likelihoods import Probit
         ({"patience": 0}, "patience must be a positive integer"),
         ({"fallback": DoubleLoop("off")}, "fallback is the double-loop stage"),
         ({"fallback": DoubleLoop("stop_on_stall")}, "fallback is the double-loop stage"),
+        ({"fallback_factorisations": -1}, "fallback_factorisations must be None or an"),
+        ({"fallback_factorisations": 2.0}, "fallback_factorisations must be None or an"),
     ],
 )
 def test_strategy_rejects_bad_fields(kwargs, match):
@@ -43,6 +45,23 @@ def test_strategy_rejects_wrong_types():
         InferenceStrategy(damping=0.5)
     with pytest.raises(TypeError, match="single_run must be a DoubleLoop"):
         InferenceStrategy(single_run="never")
+    with pytest.raises(TypeError, match="power must be a PowerStage"):
+        InferenceStrategy(power=0.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"power": 0.0}, r"power must be in \(0, 1\]"),
+        ({"power": 1.5}, r"power must be in \(0, 1\]"),
+        ({"power": True}, r"power must be in \(0, 1\]"),
+        ({"damping": 1.0}, r"damping must be in \[0, 1\)"),
+        ({"damping": -0.1}, r"damping must be in \[0, 1\)"),
+    ],
+)
+def test_power_stage_rejects_bad_fields(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PowerStage(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -81,11 +100,14 @@ def test_strategy_is_frozen():
 # ----------------------------------------------------------------- constructors
 def test_auto_constructor_is_the_estimators_chain():
     s = InferenceStrategy.auto(max_iter=300)
-    assert s.stages == ("ep", "damped", "double_loop") == STAGES
+    assert s.stages == ("ep", "damped", "double_loop", "power") == STAGES
     assert s.max_iter == 300 and s.max_factorisations is None and s.patience == 20
-    assert s.damping == AdaptiveDamping(start=0.5, block=50)
+    # plain sweeps at damping 0.8: one block as long as the budget
+    assert s.damping == AdaptiveDamping(start=0.8, block=300)
+    assert s.power == PowerStage(power=0.5, damping=0.5)
     assert s.fallback == DoubleLoop("after_init", n_parallel_init=10, max_inner=10)
     assert s.runs_double_loop
+    assert s.fallback_factorisations == 600 == s.double_loop_factorisations
     # a method that runs the engine once gets the engine's defaults
     assert s.engine_options() == {
         "double_loop": None,
@@ -100,6 +122,7 @@ def test_search_run_constructor_reads_the_config():
     s = InferenceStrategy.search_run()
     settings = robustep.get_config()
     assert s.stages == ("ep", "damped") and not s.runs_double_loop
+    assert s.damping == AdaptiveDamping(start=0.8, block=30)
     assert s.max_iter == settings.search_max_iter == 30
     assert s.max_factorisations == settings.search_factorisations_per_sweep * 30 == 60
     options = s.engine_options()
@@ -262,6 +285,26 @@ def test_chain_runs_the_strategy_stages_in_order():
     assert [t[0] for t in res.methods_tried] == ["damped"] and not res.converged
 
 
+def test_double_loop_budget_is_the_smaller_one():
+    assert InferenceStrategy().double_loop_factorisations is None
+    assert InferenceStrategy(max_factorisations=9).double_loop_factorisations == 9
+    s = InferenceStrategy(max_factorisations=9, fallback_factorisations=4)
+    assert s.double_loop_factorisations == 4
+    assert InferenceStrategy(fallback_factorisations=4).double_loop_factorisations == 4
+
+
+def test_failure_message_names_each_stage_with_its_options():
+    from robustep.ep.chain import failure_message
+
+    tried = [(name, False, 3, 0.5) for name in STAGES]
+    msg = failure_message(tried, 1e-4, InferenceStrategy.auto(100))
+    assert "damped EP (damping 0.8)" in msg
+    assert "power EP (alpha 0.5, damping 0.5; a different approximation)" in msg
+    assert "double-loop algorithm (10 inner iterations)" in msg
+    msg = failure_message(tried[1:2], 1e-4, InferenceStrategy(max_iter=100))
+    assert "adaptive damping from 0.5" in msg
+
+
 def test_chain_rejects_anything_but_a_strategy():
     K, y = _hard_probit()
     with pytest.raises(TypeError, match="InferenceStrategy"):
@@ -284,6 +327,22 @@ def test_chain_stage_budgets_come_from_the_strategy(monkeypatch):
     run_chain(K, y, Probit(), s, tol=1e-12)
     assert all(c["max_factorisations"] is not None for c in calls)
     assert calls[0]["double_loop"] is False and calls[0]["max_iter"] == 3
-    assert calls[-1]["double_loop"] is True and calls[-1]["max_inner"] == 10
-    damped = [c for c in calls if c.get("damping")]
+    loops = [c for c in calls if c["double_loop"] is True]
+    assert len(loops) == 1 and loops[0]["max_inner"] == 10
+    assert calls.index(loops[0]) < calls.index([c for c in calls if c.get("power", 1.0) != 1.0][0])
+    damped = [c for c in calls if c.get("damping") and c.get("power", 1.0) == 1.0]
     assert damped and damped[0]["damping"] == 0.5
+    power = [c for c in calls if c.get("power", 1.0) != 1.0]
+    assert len(power) == 1 and (power[0]["power"], power[0]["damping"]) == (0.5, 0.5)
+    assert power[0]["double_loop"] is False and power[0]["max_factorisations"] == 50
+    # the default chain: the double loop gets at most 2 x max_iter factorisations
+    calls.clear()
+    run_chain(K, y, Probit(), InferenceStrategy.auto(3), tol=1e-12)
+    assert [c["max_factorisations"] for c in calls] == [None, None, 6, None]
+    assert calls[1]["damping"] == 0.8 and calls[1]["max_iter"] == 3
+    # a search run never starts the double loop
+    calls.clear()
+    run_chain(K, y, Probit(), InferenceStrategy.search_run(3), tol=1e-12)
+    assert len(calls) == 2 and all(c["double_loop"] is False for c in calls)
+    assert all(c.get("power", 1.0) == 1.0 for c in calls)  # no power stage in a search
+    assert all(c["max_factorisations"] == 6 for c in calls)

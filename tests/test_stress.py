@@ -1,7 +1,7 @@
 """The quick stress grid (benchmarks/stress.py --quick) has no NaN/inf predictions, no
 silent non-convergence and no undocumented exception (issue 15 §3).
 
-The quick grid takes a few seconds (84 fits), so CI runs it by default; the full grid and
+The quick grid takes a few seconds (102 fits), so CI runs it by default; the full grid and
 its table are in docs/reliability.md.
 """
 
@@ -38,6 +38,8 @@ def test_grid_is_fixed_and_covers_every_estimator_and_method():
         | {("StudentTProcessClassifier", "ep")}
     )
     assert pairs == expected
+    # the default method="auto" chain is stressed for both estimators that offer it
+    assert ("GPClassifier", "auto") in pairs and ("StudentTGPRegressor", "auto") in pairs
 
 
 def test_run_cell_counts_a_silent_failure_and_an_undocumented_exception():
@@ -80,3 +82,16 @@ def test_quick_stress_grid_has_no_nan_no_silent_failure_no_undocumented_exceptio
     assert totals == {"nonfinite": 0, "silent": 0, "undocumented": 0}, [
         (c.estimator, c.method, c.name, r["error"]) for c, r in failures
     ]
+    # method "auto" records the stage of every converged fit, and the table shows it
+    for estimator in ("GPClassifier", "StudentTGPRegressor"):
+        row = table[(estimator, "auto")]
+        assert sum(row["used"].values()) == row["converged"] > 0
+        assert len(row["times"]) == row["runs"]
+    assert "| GPClassifier | auto |" in stress.format_table(table)
+
+
+def test_methods_filter_runs_only_those_cells():
+    stress = _stress()
+    table, _ = stress.run(quick=True, methods={"laplace"})
+    assert set(table) == {("GPClassifier", "laplace")}
+    assert table[("GPClassifier", "laplace")]["runs"] == 8

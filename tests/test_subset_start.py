@@ -170,7 +170,7 @@ def test_repeated_inputs_give_no_warning():
 
 
 def test_auto_chain_runs_the_subset_start_once(monkeypatch):
-    """method="auto" passes its init to all three stages: "subset" is resolved once."""
+    """method="auto" passes its init to every stage: "subset" is resolved once."""
     from robustep.ep.chain import auto_expectation_propagation
 
     _, K, y, lik = _problem(150)
@@ -183,5 +183,5 @@ def test_auto_chain_runs_the_subset_start_once(monkeypatch):
 
     monkeypatch.setattr(subset_module, "subset_fitc_start", spy)
     res = auto_expectation_propagation(K, y, lik, max_iter=1, init="subset")  # every stage
-    assert [name for name, *_ in res.methods_tried] == ["ep", "damped", "double_loop"]
+    assert [name for name, *_ in res.methods_tried] == ["ep", "damped", "double_loop", "power"]
     assert calls == [1]

@@ -2,32 +2,40 @@
 
 One chain, used by every estimator that offers ``method="auto"``, run by
 :func:`run_chain` with the stages of an :class:`~robustep.ep.strategy.InferenceStrategy`.
-The stages all look for the same thing, a fixed point of EP, and differ only in the
-algorithm, from the cheapest to the most robust; the chain stops at the first stage that
+Stages 1, 2 and 4 below look for the same thing, a fixed point of EP, and differ only in
+the algorithm; stage 3 looks for a fixed point of power EP, another approximation, tried
+only where EP's own iterations failed.  The chain stops at the first stage that
 converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceStrategy.auto>`:
 
 1. ``"ep"``: parallel EP (one factorisation per sweep, cavities kept positive,
    Jylänki et al. 2011 §4 modification 2), stopped early when it stalls or oscillates
    (no new smallest residual, by 10%, for ``patience`` sweeps);
-2. ``"damped"``: parallel EP with adaptive damping
-   (:class:`~robustep.ep.strategy.AdaptiveDamping`: blocks of 50 sweeps from damping
-   0.5, the damping moving halfway to 1 after a block without progress, as
-   ``GPClassifier(method="damped", damping="adaptive")``);
-3. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
+2. ``"damped"``: parallel EP at damping 0.8, plain robust sweeps (one block of
+   :class:`~robustep.ep.strategy.AdaptiveDamping` as long as the budget: on the
+   label-noise step likelihood an adaptive schedule from 0.5 was blocked at the cavity
+   limits, and one from 0.8 was no better than the fixed 0.8, docs/reliability.md);
+3. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
+   (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
+   approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
+   a result of this stage reports ``method_used = "power"``;
+4. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
    2011 §4, modifications 1-4; docs/derivations/double_loop.md) with ``max_inner=10``
-   inner iterations per outer update, after ``n_parallel_init=10`` parallel sweeps.
+   inner iterations per outer update, after ``n_parallel_init=10`` parallel sweeps, with
+   at most ``2 * max_iter`` factorisations.  Only a final fit runs it
+   (:meth:`InferenceStrategy.search_run
+   <robustep.ep.strategy.InferenceStrategy.search_run>` leaves it out).
 
 Every stage starts from the caller's ``init`` (the previous evaluation's sites inside a
 hyperparameter search, else zero sites), not from where a failed stage stopped: the end
 state of an oscillating parallel run sits at the cavity limits, where the damped steps of
-stage 2 were blocked after a few sweeps (docs/reliability.md).  With the inner loop run
-towards consistency the double loop is the provably convergent form (each inner step
-decreases the convex inner objective, each outer update the EP objective); the engine's
-default of 2 inner steps is faster but did not converge on the hard grid of
-benchmarks/auto_grid.py (docs/reliability.md, "method='auto'").
+stage 2 were blocked after a few sweeps (docs/reliability.md).  The double loop is the
+provably convergent form of EP (each inner step decreases the convex inner objective,
+each outer update the EP objective), but on a non-log-concave likelihood its line-search
+steps are short and it converges slowly; stages 2 and 3 are tried first because they
+converged, in a fraction of its time, on the hard cells of benchmarks/stress.py.
 
 Each stage has its own budget of ``max_iter`` sweeps (inner iterations for the double
-loop), so the chain costs at most about three times ``max_iter``.  No stage warns; the
+loop), so the chain costs at most about four times ``max_iter``.  No stage warns; the
 caller warns only when all failed, with :func:`failure_message` (which names what was
 tried).  The result is the converged stage's :class:`~robustep.ep.EPResult` with
 ``n_iter`` summed over the stages, and two extra attributes: ``method_used`` (the stage
@@ -37,6 +45,7 @@ When no stage converged, the result with the smallest final residual is returned
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -140,10 +149,25 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             block, max_iter, init, max_factorisations=strategy.max_factorisations
         )
 
-    def double_loop():  # stage "double_loop", from the caller's init
-        return run(**strategy.fallback.engine_options(), max_iter=max_iter, init=init)
+    def power():  # stage "power": plain damped sweeps of power EP, another approximation
+        return run(
+            schedule=schedule,
+            **_PARALLEL.engine_options(),
+            power=strategy.power.power,
+            damping=strategy.power.damping,
+            max_iter=max_iter,
+            init=init,
+        )
 
-    stages = {"ep": parallel, "damped": damped, "double_loop": double_loop}
+    def double_loop():  # stage "double_loop", from the caller's init
+        return run(
+            budget=strategy.double_loop_factorisations,
+            **strategy.fallback.engine_options(),
+            max_iter=max_iter,
+            init=init,
+        )
+
+    stages = {"ep": parallel, "damped": damped, "power": power, "double_loop": double_loop}
     for name in strategy.stages:
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
@@ -175,41 +199,54 @@ def auto_expectation_propagation(
     init=None,
     schedule="parallel",
     patience=20,
-    block=50,
+    block=None,
     double_loop=True,
     max_factorisations=None,
 ):
     """The ``method="auto"`` chain with the strategy given by keywords (:func:`run_chain`).
 
+    Stages and options of :meth:`InferenceStrategy.auto
+    <robustep.ep.strategy.InferenceStrategy.auto>` unless a keyword says otherwise.
     max_iter : sweep budget *per stage*; patience : stage "ep" stops after this many
-    sweeps without a new smallest residual; block : sweeps per damping level in stage
-    "damped"; double_loop : False leaves out stage "double_loop"; max_factorisations :
-    posterior factorisations allowed *per stage*; the other arguments as
-    :func:`run_chain`.
+    sweeps without a new smallest residual; block : None (plain sweeps at damping 0.8 in
+    stage "damped") or the sweeps per damping level of an adaptive schedule from 0.8;
+    double_loop : False leaves out stage "double_loop"; max_factorisations : posterior
+    factorisations allowed *per stage*; the other arguments as :func:`run_chain`.
     """
-    stages = ("ep", "damped", "double_loop") if double_loop else ("ep", "damped")
-    strategy = InferenceStrategy(
+    strategy = InferenceStrategy.auto(max_iter)
+    stages = strategy.stages if double_loop else tuple(s for s in strategy.stages
+                                                       if s != "double_loop")  # fmt: skip
+    damping = strategy.damping if block is None else AdaptiveDamping(start=0.8, block=block)
+    strategy = dataclasses.replace(
+        strategy,
         stages=stages,
-        max_iter=max_iter,
         max_factorisations=max_factorisations,
         patience=patience,
-        damping=AdaptiveDamping(start=0.5, block=block),
+        damping=damping,
     )
     return run_chain(K, y, likelihood, strategy, tol=tol, init=init, schedule=schedule)
-
-
-_DESCRIPTION = {"ep": "parallel EP", "damped": "damped EP with adaptive damping"}
 
 
 def failure_message(tried, tol, strategy=None):
     """One sentence naming every stage tried, its sweeps and final residual.
 
     ``tried``: ``(name, converged, n_iter, final residual)`` per stage; ``strategy``: the
-    chain's strategy (default ``InferenceStrategy.auto()``), for the double loop's options.
+    chain's strategy (default ``InferenceStrategy.auto()``), for the stages' options.
     """
-    inner = (strategy or InferenceStrategy.auto()).fallback.max_inner
-    description = dict(_DESCRIPTION, double_loop=f"the double-loop algorithm ({inner} inner "
-                       "iterations)")  # fmt: skip
+    strategy = strategy or InferenceStrategy.auto()
+    policy, power = strategy.damping, strategy.power
+    if policy.block >= strategy.max_iter:
+        damped = f"damped EP (damping {policy.start:g})"
+    else:
+        damped = f"damped EP with adaptive damping from {policy.start:g}"
+    description = {
+        "ep": "parallel EP",
+        "damped": damped,
+        "power": f"power EP (alpha {power.power:g}, damping {power.damping:g}; a different "
+        "approximation)",
+        "double_loop": f"the double-loop algorithm ({strategy.fallback.max_inner} inner "
+        "iterations)",
+    }
     parts = [
         f"{description[name]} ({n_iter} iterations, final residual {resid:.3g})"
         for name, _, n_iter, resid in tried

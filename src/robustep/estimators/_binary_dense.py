@@ -31,6 +31,7 @@ from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
     draw_starts,
+    is_search_evidence,
     maximise_evidence,
 )
 from robustep.posterior.factory import make_prior
@@ -136,7 +137,7 @@ class DenseBinaryCore(BinaryCore):
             prior = self.prior(kernel)
             res = self.infer(prior, init=init)
             value = log_evidence(res)
-            if search and not (np.isfinite(value) and res.converged):
+            if search and not (np.isfinite(value) and is_search_evidence(res)):
                 raise EvaluationFailed
             grad = None
             if eval_gradient:

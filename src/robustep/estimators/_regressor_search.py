@@ -19,7 +19,13 @@ import numpy as np
 from robustep._config import get_config
 from robustep.estimators import _device
 from robustep.estimators._regressor_inference import warm_of
-from robustep.estimators._search import Evaluation, EvaluationFailed, draw_starts, maximise_evidence
+from robustep.estimators._search import (
+    Evaluation,
+    EvaluationFailed,
+    draw_starts,
+    is_search_evidence,
+    maximise_evidence,
+)
 from robustep.kernels.gradient import KernelWithGradient
 
 #: parameters that set the width of the noise: searched first, upper bound left open
@@ -197,7 +203,7 @@ def optimise(core, kernel, space, X, rng, *, optimizer, n_restarts, warm=None, l
         # A non-converged EP evidence is not a stationary value and its explicit gradient
         # is wrong, nor is a Laplace evidence away from the mode (its implicit gradient
         # assumes the mode); either is a failed evaluation.
-        if not np.isfinite(value) or (must_converge and not res.converged):
+        if not np.isfinite(value) or (must_converge and not is_search_evidence(res)):
             raise EvaluationFailed
         gk, gl = core.gradient(res, Kg, lik)
         return Evaluation(value, np.concatenate([gk, space.gradient(gl)]), res)

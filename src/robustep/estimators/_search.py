@@ -44,6 +44,7 @@ __all__ = [
     "EvaluationFailed",
     "SearchResult",
     "draw_starts",
+    "is_search_evidence",
     "maximise_evidence",
     "warn_if_stuck",
 ]
@@ -138,6 +139,13 @@ class SearchResult:
                 "there), so the hyperparameters were kept at their starting values"
             )
         return None
+
+
+def is_search_evidence(result) -> bool:
+    """Whether an inference result's evidence may enter a search: it converged, and it is
+    not method="auto"'s fallback to another approximation (its power-EP stage), whose log
+    evidence is not comparable with EP's at the other points of the same search."""
+    return bool(result.converged) and getattr(result, "method_used", None) != "power"
 
 
 def warn_if_stuck(search, advice, stacklevel=3):

@@ -36,6 +36,7 @@ from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
     draw_starts,
+    is_search_evidence,
     maximise_evidence,
 )
 from robustep.posterior._dask import DaskFITCPrior, check_dask_inputs, is_dask_array
@@ -290,7 +291,7 @@ class SearchSpace:
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = self.infer(kernel, Z, lik, context.warm)
         value = float(res.log_Z)
-        if not (np.isfinite(value) and res.converged):
+        if not (np.isfinite(value) and is_search_evidence(res)):
             raise EvaluationFailed
         gk, gl, gZ = self.gradient(res, kernel, Z, lik, self.opt_Z)
         grad = np.concatenate([gk, gl, gZ.ravel() if self.opt_Z else []])
