@@ -50,7 +50,10 @@ def test_methods_fit_predict_finite(method):
     m, s = est.predict(Xt, return_std=True)
     lp = est.predict_log_density(Xt, yt)
     assert np.all(np.isfinite(m)) and np.all(s > 0) and np.all(np.isfinite(lp))
-    assert est.score(Xt, yt) == pytest.approx(lp.mean())
+    assert est.log_predictive_score(Xt, yt) == pytest.approx(lp.mean())
+    from sklearn.metrics import r2_score
+
+    assert est.score(Xt, yt) == pytest.approx(r2_score(yt, m))
     assert np.isfinite(est.log_marginal_likelihood_value_)
     assert est.df_ == 4.0 and est.scale_ > 0
 
@@ -59,7 +62,7 @@ def test_student_t_beats_gaussian_with_outliers():
     X, y, Xt, yt, _ = _data()
     ep = StudentTGPRegressor(method="ep").fit(X, y)
     ga = StudentTGPRegressor(method="gaussian").fit(X, y)
-    assert ep.score(Xt, yt) > ga.score(Xt, yt) + 0.3
+    assert ep.log_predictive_score(Xt, yt) > ga.log_predictive_score(Xt, yt) + 0.3
     assert np.mean(np.abs(ep.predict(Xt) - yt)) < np.mean(np.abs(ga.predict(Xt) - yt))
 
 
@@ -417,3 +420,18 @@ def test_predictive_interval_argument_validation():
     assert q.tolist() == [0.9, 0.1] and Q.shape == (Xt.shape[0], 2)
     assert np.all(Q[:, 0] > Q[:, 1])
     assert est.predict_quantiles(Xt, 0.5).shape == (Xt.shape[0],)
+
+
+def test_log_predictive_scorer_in_model_selection():
+    from sklearn.model_selection import cross_val_score
+
+    from robustep.metrics import log_predictive_scorer
+
+    X, y, _, _, _ = _data(n=30)
+    est = StudentTGPRegressor(optimizer=None)
+    scores = cross_val_score(est, X, y, cv=3, scoring=log_predictive_scorer)
+    fitted = est.fit(X[:20], y[:20])
+    assert np.all(np.isfinite(scores))
+    assert log_predictive_scorer(fitted, X[20:], y[20:]) == fitted.log_predictive_score(
+        X[20:], y[20:]
+    )

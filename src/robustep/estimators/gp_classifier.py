@@ -70,7 +70,11 @@ def _two_integer_labels(y):
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
-    """Binary GP classifier with EP / damped EP / power EP / relaxed EP (REP) / Laplace inference.
+    """Gaussian-process classifier, two or more classes, by EP and its robust variants.
+
+    Two classes: a binary latent GP with EP, damped EP, power EP, relaxed EP (REP) or the
+    Laplace approximation.  More than two: the multinomial probit with nested EP (one latent
+    GP per class), or one binary classifier per class (``multi_class``).
 
     Parameters
     ----------
@@ -87,10 +91,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         multinomial probit"); ε = 0 is plain nested EP.
     method : {"auto", "ep", "damped", "power", "rep", "laplace"}, default "auto"
         "auto": EP found by the chain of :mod:`robustep.ep.chain` (parallel EP,
-        then damped EP with adaptive damping, then the double loop, stopping at the first
-        that converges; ``method_used_`` says which; a ConvergenceWarning only if all
-        fail, naming what was tried).  Same approximation as "ep", whose fixed point it
-        finds more often (docs/reliability.md, "method='auto'").
+        then damped EP at 0.8, then the double loop, stopping at the first that
+        converges; only if none does, power EP with alpha = 0.5, a different
+        approximation; ``method_used_`` says which; a ConvergenceWarning only if all
+        fail, naming what was tried).  The same approximation as "ep" unless
+        ``method_used_ == "power"`` (docs/reliability.md, "method='auto'").
         "ep": EP (robust parallel EP with the double-loop fallback of the engine);
         "damped": EP with damping
         ``damping`` (weight on the old site) or,
@@ -181,7 +186,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     kernel_, classes_ (2,), X_train_ (n, d), converged_, n_iter_,
     log_marginal_likelihood_value_, site_precision_ (n,), site_shift_ (n,),
     relaxation_b_ (n,) (REP only; zero where REP did not relax), n_features_in_,
-    method_used_ ("ep", "damped" or "double_loop" for ``method="auto"``, else ``method``),
+    method_used_ ("ep", "damped", "double_loop" or "power" for ``method="auto"``, else
+    ``method``),
     inducing_points_ ((m, d) fitted inducing inputs, or None for the dense model; with Dask
     inputs ``X_train_`` is the Dask array).
 

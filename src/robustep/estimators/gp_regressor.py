@@ -107,7 +107,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         search (L-BFGS-B's first step would otherwise throw it there).
     method : {"auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
         The approximation (Jylänki et al. 2011, §3): "auto" (EP's fixed point by parallel
-        EP, then damped EP, then the double loop), "ep" (robust parallel EP, §4) and
+        EP, then damped EP, then the double loop, and power EP only if none converges),
+        "ep" (robust parallel EP, §4) and
         "fractional" (power EP with eta = ``power``) work with every likelihood;
         "laplace" with a likelihood that implements ``log_prob_derivatives``; "vb",
         "fvb", "mcmc" and "gaussian" (exact GP regression with noise variance
@@ -199,7 +200,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        # score() is the mean log predictive density, not R^2.
+        # R^2 on scikit-learn's tiny random check data is not a fair target for a
+        # heavy-tailed noise model with few points
         tags.regressor_tags.poor_score = True
         return tags
 
@@ -530,6 +532,16 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         return diagnostics.loo_score(self, f"method in {LOO_METHODS}")
 
     def score(self, X, y, sample_weight=None):
-        """Mean log predictive density (MLPD) of y at X (higher is better)."""
+        """Coefficient of determination R^2 of ``predict(X)`` against y, as every
+        scikit-learn regressor (and so ``cross_val_score`` and ``GridSearchCV`` by default).
+
+        The mean log predictive density of the whole predictive distribution is
+        :meth:`log_predictive_score` (scorer: :func:`robustep.metrics.log_predictive_scorer`).
+        """
+        return super().score(X, y, sample_weight=sample_weight)
+
+    def log_predictive_score(self, X, y, sample_weight=None):
+        """Mean log predictive density (MLPD) of y at X, mean_i log p(y_i | x_i, data):
+        higher is better; it rewards calibrated predictive intervals, which R^2 ignores."""
         lp = self.predict_log_density(X, y)
         return float(np.average(lp, weights=sample_weight))

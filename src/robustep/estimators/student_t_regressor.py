@@ -4,7 +4,7 @@
 likelihood, whose parameters ``df`` and ``scale`` are its own:
 
 * ``"auto"`` (default): EP's fixed point found by parallel EP, then damped EP, then the
-  double loop (:mod:`robustep.ep.chain`);
+  double loop, and power EP as the last resort (:mod:`robustep.ep.chain`);
 * ``"ep"``: robust parallel EP with double-loop fallback (§4), :mod:`robustep.ep`;
 * ``"fractional"``: fractional (power) EP with eta = ``power`` (§3.7, eqs. 14–15);
 * ``"laplace"``: Laplace approximation (§3.2), :mod:`robustep.baselines.laplace`;
@@ -70,8 +70,9 @@ class StudentTGPRegressor(GPRegressor):
     method : {"auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian"}
         The approximation (§3).  "auto" (default) is the same approximation as "ep" —
         EP's fixed point, the paper's EP1/EP2 — found by the chain of
-        :mod:`robustep.ep.chain` (parallel EP, then damped EP with adaptive
-        damping, then the double loop with 10 inner iterations; ``method_used_`` says
+        :mod:`robustep.ep.chain` (parallel EP, then damped EP at 0.8, then the double
+        loop with 10 inner iterations, then power EP with alpha = 0.5, a different
+        approximation used only where none of EP's stages converged; ``method_used_`` says
         which converged).  The method names the *approximation* and "auto" does not
         change it, so it can be the default: on the hard grid of
         ``benchmarks/auto_grid.py`` (nu = 1.5, near-duplicate inputs, large signal
@@ -174,7 +175,8 @@ class StudentTGPRegressor(GPRegressor):
         as scikit-learn's GaussianProcessRegressor does); empty otherwise.
     mcmc_diagnostics_ : dict with R-hat, ESS and the Metropolis acceptance rate of the
         hyperparameter updates (None for slice sampling) (``method="mcmc"``).
-    method_used_ : for "auto" the stage that converged ("ep", "damped", "double_loop");
+    method_used_ : for "auto" the stage that converged ("ep", "damped", "double_loop",
+        "power");
         else ``method``.
     loo_log_predictive_, loo_mean_, loo_std_, loo_interval_, outlier_scores_, loo_approximate_ :
         leave-one-out diagnostics from the cavities q / t~_i (:mod:`robustep.diagnostics`;
