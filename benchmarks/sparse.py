@@ -398,7 +398,7 @@ def optimise(cfg, rng=None):
 
     trace = []  # (seconds since the fit started, -log evidence) per objective evaluation
 
-    class Trace(logging.Handler):  # the evidence search logs every evaluation at DEBUG
+    class Trace(logging.Handler):  # the evidence search logs every evaluation at INFO
         def emit(self, record):
             value = getattr(record, "log_evidence", None)
             trace.append((time.perf_counter() - t0, 1e25 if value is None else -value))

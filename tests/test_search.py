@@ -153,22 +153,23 @@ def test_draw_starts_rules():
     assert draw_starts(x0, np.array([[-np.inf, 1.0]] * 3), 0, rng) == []
 
 
-def test_verbose_logs_each_evaluation(caplog):
+def test_verbose_prints_each_evaluation(capsys):
+    evaluate, _ = _quadratic([0.5], wall=2.0)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)], verbose=True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == res.n_evaluations
+    assert "log evidence" in lines[-1] and lines[0].startswith("robustep: evidence search")
+    maximise_evidence(evaluate, np.zeros(1), [(-5, 5)])
+    assert capsys.readouterr().err == ""  # quiet unless asked
+
+
+def test_every_evaluation_is_an_info_record_with_its_values(caplog):
     evaluate, _ = _quadratic([0.5], wall=2.0)
     with caplog.at_level(logging.INFO, logger="robustep.search"):
-        res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)], verbose=True)
-    lines = [r.getMessage() for r in caplog.records if r.name == "robustep.search"]
-    assert len(lines) == res.n_evaluations
-    assert "log evidence" in lines[-1] and "evaluation" in lines[0]
-
-
-def test_every_evaluation_is_a_debug_record_with_its_values(caplog):
-    evaluate, _ = _quadratic([0.5], wall=2.0)
-    with caplog.at_level(logging.DEBUG, logger="robustep.search"):
         res = maximise_evidence(evaluate, np.zeros(1), [(-5, 5)])
     records = [r for r in caplog.records if r.name == "robustep.search"]
     assert len(records) == res.n_evaluations
-    assert all(r.levelno == logging.DEBUG for r in records)
+    assert all(r.levelno == logging.INFO for r in records)
     assert records[-1].evaluation == res.n_evaluations
     assert max(r.log_evidence for r in records) == pytest.approx(res.log_evidence)
 
@@ -204,3 +205,26 @@ def test_estimator_that_cannot_move_warns_and_reports_why(monkeypatch):
     result = clf.optimizer_result_
     assert result.success and not result.moved and result.n_failures >= 1
     np.testing.assert_allclose(clf.kernel_.theta, [0.0, 0.0], atol=1e-6)
+
+
+def test_estimator_verbose_prints_progress_once(capsys):
+    from robustep import GPClassifier, GPRegressor, StudentTProcessClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(25, 2))
+    y = (X[:, 0] > 0).astype(int)
+    y3 = np.digitize(X[:, 0], [-0.5, 0.5])
+    for est, target in (
+        (GPClassifier(verbose=True), y),
+        (GPClassifier(verbose=True, multi_class="one_vs_rest"), y3),
+        (GPRegressor(verbose=True), X[:, 0]),
+        (StudentTProcessClassifier(verbose=True), y),
+    ):
+        est.fit(X, target)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines and all(line.startswith("robustep: evidence search") for line in lines)
+        numbers = [int(line.split("evaluation ")[1].split(" ")[0]) for line in lines]
+        assert numbers[0] == 1  # each line once: no duplicated handlers
+        assert all(b == a + 1 or b == 1 for a, b in zip(numbers, numbers[1:], strict=False))
+    GPClassifier().fit(X, y)
+    assert capsys.readouterr().err == ""

@@ -62,18 +62,17 @@ class RegressorFit:
 @dataclass(frozen=True)
 class SearchSettings:
     """The estimator's search options: ``optimizer`` (None: no search), extra random
-    starts, the device template array (None: numpy) and verbosity."""
+    starts and the device template array (None: numpy)."""
 
     optimizer: object
     n_restarts: int
     like: object = None
-    verbose: bool = False
 
     def run(self, core, kernel, space, X, rng, n_restarts=None, warm=None):
         return optimise(
             core, kernel, space, X, rng, optimizer=self.optimizer,
             n_restarts=self.n_restarts if n_restarts is None else int(n_restarts),
-            warm=warm, like=self.like, verbose=self.verbose,
+            warm=warm, like=self.like,
         )  # fmt: skip
 
 

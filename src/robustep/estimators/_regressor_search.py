@@ -158,8 +158,7 @@ def at_bounds(names, x, bounds):
     return out
 
 
-def optimise(core, kernel, space, X, rng, *, optimizer, n_restarts, warm=None, like=None,
-             verbose=False):  # fmt: skip
+def optimise(core, kernel, space, X, rng, *, optimizer, n_restarts, warm=None, like=None):
     """Type-II MAP of (log theta, the likelihood's free log parameters) from ``kernel`` and
     ``space.likelihood``; returns a :class:`SearchOutcome`.
 
@@ -220,7 +219,6 @@ def optimise(core, kernel, space, X, rng, *, optimizer, n_restarts, warm=None, l
     search = maximise_evidence(
         evaluate, x0, opt_bounds, optimizer=optimizer, starts=starts, warm=warm,
         options={"maxiter": 200, "ftol": settings.search_ftol}, callable_bounds=bounds,
-        verbose=verbose,
     )  # fmt: skip
     x = search.x
     return SearchOutcome(

@@ -26,8 +26,11 @@ way for every estimator:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +49,8 @@ __all__ = [
     "draw_starts",
     "is_search_evidence",
     "maximise_evidence",
+    "search_progress",
+    "reports_progress",
     "warn_if_stuck",
 ]
 
@@ -213,13 +218,19 @@ def maximise_evidence(
         (default: the state itself).
     options : L-BFGS-B options (e.g. ``{"maxiter": 200}``).
     callable_bounds : the (k, 2) bounds a callable optimizer gets, if not ``bounds``.
-    verbose : log a line per evaluation at level INFO (logger ``robustep.search``; at
-        DEBUG level otherwise).
+    verbose : print a progress line per evaluation to stderr (:func:`search_progress`);
+        each evaluation is an INFO record on the ``robustep.search`` logger either way.
 
     Returns
     -------
     SearchResult
     """
+    if verbose:
+        with search_progress(True):
+            return maximise_evidence(
+                evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
+                warm_of=warm_of, options=options, callable_bounds=callable_bounds,
+            )  # fmt: skip
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
     counts = {"evaluations": 0, "failures": 0}
@@ -285,11 +296,11 @@ def maximise_evidence(
 
 
 def _log(verbose, counts, value, started):
-    """One record per evaluation on the ``robustep.search`` logger: INFO when ``verbose``,
-    else DEBUG (a handler can trace a search without changing it).  The record carries
-    ``evaluation``, ``failures``, ``log_evidence`` (None when it failed) and ``elapsed``."""
-    level = logging.INFO if verbose else logging.DEBUG
-    if not logger.isEnabledFor(level):
+    """One INFO record per evaluation on the ``robustep.search`` logger, carrying
+    ``evaluation``, ``failures``, ``log_evidence`` (None when it failed) and ``elapsed``.
+    Nothing prints unless a handler is configured (``logging.basicConfig(level=INFO)``)
+    or an estimator's ``verbose=True`` is in force (:func:`search_progress`)."""
+    if not logger.isEnabledFor(logging.INFO):
         return
     elapsed = time.perf_counter() - started
     what = "failed" if value is None else f"log evidence {value:.6g}"
@@ -299,8 +310,7 @@ def _log(verbose, counts, value, started):
         "log_evidence": value,
         "elapsed": elapsed,
     }
-    logger.log(
-        level,
+    logger.info(
         "evidence search: evaluation %d (%d failed): %s, %.1f s",
         counts["evaluations"],
         counts["failures"],
@@ -308,3 +318,37 @@ def _log(verbose, counts, value, started):
         elapsed,
         extra=extra,
     )
+
+
+@contextlib.contextmanager
+def search_progress(verbose):
+    """Inside the block, print the evidence search's progress lines to stderr when
+    ``verbose`` (an estimator's ``verbose=True``); otherwise change nothing."""
+    if not verbose or any(getattr(h, "robustep_progress", False) for h in logger.handlers):
+        yield  # quiet, or an enclosing fit (one-vs-rest's binary fits) already prints
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.robustep_progress = True
+    handler.setFormatter(logging.Formatter("robustep: %(message)s"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # a configured root handler would print the lines twice
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def reports_progress(fit):
+    """Decorate an estimator's ``fit`` to print its searches' progress when the estimator's
+    ``verbose`` is True (:func:`search_progress`)."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        with search_progress(getattr(self, "verbose", False)):
+            return fit(self, *args, **kwargs)
+
+    return wrapper

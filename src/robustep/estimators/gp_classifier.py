@@ -39,7 +39,7 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
 from robustep.estimators import _binary, _device, _multiclass, _sparse
-from robustep.estimators._search import warn_if_stuck
+from robustep.estimators._search import reports_progress, warn_if_stuck
 
 __all__ = ["GPClassifier"]
 
@@ -181,6 +181,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         one-vs-rest), and ``log_marginal_likelihood`` takes its (c p,) theta.  Dense model
         only (not with ``inducing_points``).
 
+    verbose : bool, default False
+        Print one line per evaluation of the hyperparameter search to stderr (evaluation
+        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
+        same lines are INFO records of the ``robustep.search`` logger.
+
     Attributes
     ----------
     kernel_, classes_ (2,), X_train_ (n, d), converged_, n_iter_,
@@ -231,6 +236,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "verbose": ["boolean"],
         "multi_class": [StrOptions({"auto", "multinomial", "one_vs_rest"})],
         "multi_class_kernel": [StrOptions({"shared", "per_class"})],
         "device": [str, None],
@@ -256,6 +262,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         random_state=None,
+        verbose=False,
         multi_class="auto",
         multi_class_kernel="shared",
         device=None,
@@ -277,6 +284,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.random_state = random_state
+        self.verbose = verbose
         self.multi_class = multi_class
         self.multi_class_kernel = multi_class_kernel
         self.device = device
@@ -292,6 +300,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
     # -------------------------------------------------------------------- fit
+    @reports_progress
     def fit(self, X, y):
         """Fit the GP classifier.
 

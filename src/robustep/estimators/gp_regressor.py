@@ -38,7 +38,7 @@ from robustep.estimators._regressor_inference import (
     check_method,
 )
 from robustep.estimators._regressor_search import DEFAULT_BOUNDS, LikelihoodSpace, resolve_bounds
-from robustep.estimators._search import warn_if_stuck
+from robustep.estimators._search import reports_progress, warn_if_stuck
 from robustep.likelihoods import Gaussian, Laplace, Likelihood, StudentT
 
 __all__ = ["GPRegressor"]
@@ -126,6 +126,11 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         searches over [kernel log hyperparameters, the likelihood's free log parameters
         (noise widths first), the inducing inputs].
 
+    verbose : bool, default False
+        Print one line per evaluation of the hyperparameter search to stderr (evaluation
+        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
+        same lines are INFO records of the ``robustep.search`` logger.
+
     Attributes
     ----------
     kernel_, likelihood_ : the fitted kernel and likelihood (the most probable EP3 one).
@@ -150,6 +155,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "mcmc_hyper_every": [Interval(numbers.Integral, 1, None, closed="left")],
         "mcmc_hyper_sampler": [StrOptions({"slice", "metropolis"})],
         "random_state": ["random_state"],
+        "verbose": ["boolean"],
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
         "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
@@ -169,6 +175,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         n_restarts_optimizer=0,
         normalize_y=True,
         random_state=None,
+        verbose=False,
         df_grid=None,
         inducing_points=None,
         optimize_inducing=True,
@@ -188,6 +195,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
         self.random_state = random_state
+        self.verbose = verbose
         self.df_grid = df_grid
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
@@ -225,6 +233,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.likelihood_ = likelihood
 
     # ----------------------------------------------------------------- fit
+    @reports_progress
     @limits_blas_threads
     def fit(self, X, y):
         """Fit the hyperparameters and the posterior approximation; returns self.
@@ -281,12 +290,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             bounds["df"] = "fixed"  # no df in the Gaussian reference; EP3 fixes it per value
         core = InferenceCore(self.method, float(self.power), self._y, self.device)
         space = LikelihoodSpace.of(lik, bounds, searched=self.optimizer is not None)
-        settings = SearchSettings(
-            self.optimizer,
-            int(self.n_restarts_optimizer),
-            like,
-            bool(getattr(self, "verbose", False)),
-        )
+        settings = SearchSettings(self.optimizer, int(self.n_restarts_optimizer), like)
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.check_regressor(self)
             alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS)

@@ -26,6 +26,7 @@ from robustep.estimators._search import (
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
+    reports_progress,
 )
 from robustep.estimators.bpm import _binary_labels, _noisy_step_proba
 from robustep.tep.process import (
@@ -107,6 +108,11 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
     warns and sets ``converged_ = False``.
     L-BFGS-B runs at most 50 iterations per start.
 
+    verbose : bool, default False
+        Print one line per evaluation of the hyperparameter search to stderr (evaluation
+        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
+        same lines are INFO records of the ``robustep.search`` logger.
+
     Attributes
     ----------
     classes_, kernel_ (fitted clone), X_train_, site_tau_, site_nu_ (scaled site
@@ -134,6 +140,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "verbose": ["boolean"],
         "damping": [Interval(numbers.Real, 0, 1, closed="left")],
         "gradient": [StrOptions({"auto", "implicit", "explicit", "finite-difference"})],
     }
@@ -149,6 +156,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         max_iter=1000,
         tol=1e-4,
         random_state=None,
+        verbose=False,
         damping=0.5,
         gradient="auto",
     ):
@@ -160,6 +168,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
+        self.verbose = verbose
         self.damping = damping
         self.gradient = gradient
 
@@ -287,6 +296,7 @@ class StudentTProcessClassifier(ClassifierMixin, BaseEstimator):
         return self._evaluate(theta, kernel, X, y, context.warm)
 
     # ------------------------------------------------------------------ API
+    @reports_progress
     @limits_blas_threads
     def fit(self, X, y):
         """Fit hyperparameters (optional) and the EP posterior. X (n, d), y (n,) two labels."""

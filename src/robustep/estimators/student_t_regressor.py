@@ -157,6 +157,11 @@ class StudentTGPRegressor(GPRegressor):
         hyperparameter search would count as failed.  A clear error is better than a
         fit that silently keeps its starting hyperparameters.
 
+    verbose : bool, default False
+        Print one line per evaluation of the hyperparameter search to stderr (evaluation
+        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
+        same lines are INFO records of the ``robustep.search`` logger.
+
     Attributes
     ----------
     kernel_, df_, scale_ : fitted hyperparameters; likelihood_ : the fitted StudentT.
@@ -221,6 +226,7 @@ class StudentTGPRegressor(GPRegressor):
         dtype="float64",
         inducing_power=1.0,
         likelihood_bounds=None,
+        verbose=False,
     ):
         super().__init__(
             kernel, likelihood_bounds=likelihood_bounds, method=method, power=power,
@@ -228,7 +234,7 @@ class StudentTGPRegressor(GPRegressor):
             normalize_y=normalize_y, n_samples=n_samples, mcmc_hyper_every=mcmc_hyper_every,
             mcmc_hyper_sampler=mcmc_hyper_sampler, random_state=random_state,
             inducing_points=inducing_points, optimize_inducing=optimize_inducing,
-            device=device, dtype=dtype, inducing_power=inducing_power,
+            device=device, dtype=dtype, inducing_power=inducing_power, verbose=verbose,
         )  # fmt: skip
         # the likelihood is the Student-t, whose df and scale are this class's parameters
         del self.likelihood
