@@ -19,7 +19,7 @@ summed seconds.
 Usage::
 
     nice python benchmarks/auto_grid.py           # the full grid (docs/reliability.md)
-    python benchmarks/auto_grid.py --quick        # the subset run by tests/test_auto.py
+    python benchmarks/auto_grid.py --quick        # the subset run by tests/ep/test_auto.py
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 Every row is one call with one bad argument: the public entry point, the bad input, the
 exception class expected and a regular expression that its message must contain (what is
-wrong, and what to do).  ``tests/test_bad_input.py`` runs every row;
+wrong, and what to do).  ``tests/estimators/test_bad_input.py`` runs every row;
 
     python benchmarks/bad_input.py            # prints the Markdown table
     python benchmarks/bad_input.py --check    # exit status 1 if any row gets another answer
 
 prints the table of docs/reliability.md ("Bad input") with the messages as they are now.
-The command line (``robustep ...``) is covered separately by tests/test_cli.py.
+The command line (``robustep ...``) is covered separately by tests/experiments/test_cli.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Label-noise multinomial probit vs plain nested EP on 3-class data with flipped labels.
 
-Three Gaussian blobs (the data of tests/test_multiclass_label_noise.py), a fraction of the
-training labels replaced by another class uniformly; GPClassifier(multi_class=
+Three Gaussian blobs (the data of tests/estimators/test_multiclass_label_noise.py), a
+fraction of the training labels replaced by another class uniformly; GPClassifier(multi_class=
 "multinomial") with label_noise = 0 and = ε (kernel hyperparameters optimised), log loss
 and accuracy on clean test labels, fit time.  Numbers in docs/derivations/multiclass.md §9.
 

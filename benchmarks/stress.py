@@ -24,7 +24,7 @@ the stage each converged fit ended in (``method_used_``: count).
 Usage::
 
     nice python benchmarks/stress.py            # the full grid (docs/reliability.md)
-    python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/test_stress.py)
+    python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/benchmarks)
     python benchmarks/stress.py --verbose       # one line per run
     python benchmarks/stress.py --methods auto  # the cells of the named methods only
     python benchmarks/stress.py --step-noise --quick    # label-noise step cells, minutes

@@ -203,7 +203,7 @@ def dense_tilted_moments(lik, y, m, v, power, n_ladder=40000):
     computed in u = x - x* (the Gaussian part as -x* u - u^2/2, the likelihood part as
     ``reference_log_prob_difference``, the constants added back analytically) so that a
     mode 1e6 sds away from the cavity, or a log-likelihood of -1e13, loses no precision.
-    Documented accuracy (tests/test_properties_likelihoods.py checks it against closed
+    Documented accuracy (tests/likelihoods/test_properties_likelihoods.py checks it against closed
     forms): relative error of Z and of the variance, and error of the mean in tilted sds,
     about 1e-6, up to ~3e-6 next to a step (trapezoid error of the 0.1% relative ladder
     spacing; 1.2e-5 in a variance with half this many points).

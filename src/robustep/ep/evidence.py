@@ -11,7 +11,7 @@ lambda_- = lambda_s - eta lambda~ (Jylänki et al. 2011 eq. 14),
 where Z^_i = int p(y_i|f)^eta N(f | cavity_i) df.  With lambda_s equal to the
 marginals of q this is log Z_EP (their eq. 16; note the sign of the
 nu~^T mu term, which the paper prints as negative: the Gaussian-likelihood
-test in tests/test_ep_engine.py confirms the positive sign).  For fixed
+test in tests/ep/test_ep_engine.py confirms the positive sign).  For fixed
 lambda_s, L is convex in lambda~ (a sum of log-partition functions of
 affine functions of lambda~): the double loop minimises it in the inner loop
 and updates lambda_s to q's marginals in the outer loop.

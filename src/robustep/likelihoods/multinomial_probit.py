@@ -349,7 +349,7 @@ class MultinomialProbit:
         estimates are normalised.  method="qmc": ``n_samples`` scrambled-Sobol points
         (fixed seed) for f, mapped through the Cholesky factor of each covariance, and
         Gauss–Hermite over u (:meth:`class_probabilities`).  Both are checked against plain
-        Monte Carlo in tests/test_multiclass.py.
+        Monte Carlo in tests/estimators/test_multiclass.py.
         """
         mean = np.asarray(mean, dtype=float)
         cov = np.asarray(cov, dtype=float)

@@ -336,7 +336,7 @@ class StudentT(Likelihood):
         """(log_Z, mean, var) of t(y - f)^power N(f | m, v), each (n,).
 
         Accurate to ~1e-9 relative over cavity variances 1e-6..1e6, |m - y| <= 1e3,
-        df in [0.5, 100] (tests/test_likelihoods.py); no Python loop over sites.
+        df in [0.5, 100] (tests/likelihoods/test_likelihoods.py); no Python loop over sites.
         """
         eta = check_power(power)
         y, m, v = as_site_arrays(y, cavity_mean, cavity_var)

@@ -12,7 +12,7 @@ work runs on the chunks and what travels per chunk is an m x m matrix or an m-ve
 marginals (back).  The EP engine itself (cavities, tilted moments, site updates) runs
 on the client on those n-vectors, so every schedule, damping, power and the robust
 double loop work unchanged.  Sums are taken in chunk order, so results agree with the
-in-memory prior to rounding (tests/test_sparse_dask.py: 1e-8).
+in-memory prior to rounding (tests/posterior/test_sparse_dask.py: 1e-8).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def _escort_marginal_scalar(m, s2, df, y, a, b):
     The same formulas (derivation §6) with Python floats instead of 1-element arrays: the
     sequential sweep calls it once per site update, where NumPy's per-call overhead was
     most of the cost.  ``(a, b)`` are the step levels ``(eps^t, (1 - eps)^t)``.  Tested
-    equal to the vectorised function (tests/test_bpm.py).
+    equal to the vectorised function (tests/estimators/test_bpm.py).
     """
     n = df + 2.0
     inf = math.isinf(df)

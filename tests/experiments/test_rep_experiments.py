@@ -11,7 +11,7 @@ import pytest
 from robustep.datasets import DataUnavailableError
 from robustep.experiments import registered, rep_synthetic, rep_toy, rep_uci
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
 
 def test_registered_with_quick_and_full():

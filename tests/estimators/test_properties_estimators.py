@@ -13,7 +13,7 @@ repeated rows, labels of several types -- every estimator:
 Cheap configurations (``optimizer=None`` or few EP sweeps) keep the default run at a few
 seconds (profile "default" of tests/_hypothesis_profiles.py); the ``slow``-marked copies
 draw many more examples (``HYPOTHESIS_PROFILE=slow pytest -m slow
-tests/test_properties_estimators.py``).
+tests/estimators/test_properties_estimators.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bad_input.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bad_input.py"
 _spec = importlib.util.spec_from_file_location("robustep_bench_bad_input", _PATH)
 bad_input = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = bad_input  # dataclasses resolves annotations through sys.modules

@@ -16,7 +16,8 @@ itself accurate to about 3e-6) to ``TOL`` = 2e-5:
 The limits power -> 1, nu -> infinity (Student-t -> Gaussian) and epsilon -> 0
 (noisy step) hold to the same tolerance.  The default run draws a few examples per
 test (profile "default", tests/_hypothesis_profiles.py); the slow-marked copies draw
-many more (``HYPOTHESIS_PROFILE=slow pytest -m slow tests/test_properties_likelihoods.py``).
+many more (``HYPOTHESIS_PROFILE=slow pytest -m slow
+tests/likelihoods/test_properties_likelihoods.py``).
 """
 
 from __future__ import annotations

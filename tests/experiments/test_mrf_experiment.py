@@ -94,7 +94,7 @@ def test_benchmark_script_runs_on_a_small_grid(capsys):
     import runpy
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "mrf.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "mrf.py"
     mod = runpy.run_path(str(path))
     mod["main"](["--side", "20", "--sweeps", "2"])
     out = capsys.readouterr().out

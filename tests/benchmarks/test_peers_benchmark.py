@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
 ROBUSTEP_ROWS = ("robustep dense", "robustep sparse", "scikit-learn Laplace")
 PEER_ROWS = ("GPy EP", "GPflow VGP", "GPflow SVGP")
 

@@ -65,7 +65,7 @@ def test_labels_are_mapped_and_returned():
 
 
 def test_more_than_two_classes_fit_and_unsupported_settings_say_what_to_do():
-    # three classes are fitted (tests/test_multiclass.py); a binary-only setting with an
+    # three classes are fitted (tests/estimators/test_multiclass.py); a binary-only setting with an
     # explicit multi_class="multinomial" is an error that names the alternatives
     X, _ = _data()
     y = np.arange(X.shape[0]) % 3
@@ -198,7 +198,7 @@ def test_predict_proba_formula(likelihood, eps):
 def test_nonconvergence_warns_and_keeps_finite_state():
     X, y = _data(n=40, flip=6)
     # method="ep" explicitly: "auto" (the default) spends max_iter per stage of its chain
-    # (tests/test_auto.py covers its warning)
+    # (tests/ep/test_auto.py covers its warning)
     clf = GPClassifier(KERNEL, method="ep", likelihood="step", label_noise=0.05, max_iter=1,
                        optimizer=None)  # fmt: skip
     with pytest.warns(ConvergenceWarning, match="did not converge"):

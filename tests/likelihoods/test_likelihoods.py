@@ -1,6 +1,6 @@
 """Likelihood API: validation, derivatives (finite differences), limits, robustness.
 
-Accuracy against numerical references lives in tests/test_likelihood_accuracy.py.
+Accuracy against numerical references lives in tests/likelihoods/test_likelihood_accuracy.py.
 """
 
 from __future__ import annotations

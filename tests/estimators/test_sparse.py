@@ -646,7 +646,7 @@ def test_unsupported_sparse_options():
         GPClassifier(DotProduct(1.0), inducing_points=5).fit(X, y)
     est = GPClassifier(DotProduct(1.0), inducing_points=5, optimize_inducing=False).fit(X, y)
     assert est.inducing_points_.shape == (5, 2)
-    # > 2 classes: the sparse multinomial model (tests/test_multiclass_sparse.py)
+    # > 2 classes: the sparse multinomial model (tests/estimators/test_multiclass_sparse.py)
     est = GPClassifier(inducing_points=5, optimizer=None).fit(X, np.arange(40) % 3)
     assert est.multi_class_ == "multinomial" and est.inducing_points_.shape == (5, 2)
     yr = X[:, 0].copy()

@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "stress.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
 
 
 def _stress():

@@ -15,7 +15,7 @@ from robustep.ep.chain import auto_expectation_propagation
 from robustep.estimators import GPClassifier, StudentTGPRegressor
 from robustep.likelihoods import Probit, StudentT
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _grid_module():

@@ -1,6 +1,6 @@
 """Sparse EP on Dask arrays (robustep.posterior._dask): same fit as in memory, bad input.
 
-Reference: the in-memory sparse model (tests/test_sparse.py checks that one against dense
+Reference: the in-memory sparse model (tests/estimators/test_sparse.py checks that one against dense
 linear algebra and dense EP).  Runs with the threaded scheduler and on a 2-worker
 LocalCluster (processes=False keeps the start-up fast).
 """

@@ -63,7 +63,7 @@ def test_adaptive_damped_stage_reports_the_residual_of_its_state():
 
 
 def _stress():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stress.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
     spec = importlib.util.spec_from_file_location("_stress_step_noise", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
