@@ -221,9 +221,12 @@ def _site_step(sites, frame, X, y, idx, likelihood, alpha, damping, q=None):
 
 
 # -------------------------------------------------------------- energy and gradient
-def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=True):
+def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=True, w=None):
     """Minibatch estimate of the EP energy (E6, E7) and of its gradient (E8–E12).
 
+    The sites are held fixed as Gaussian factors of u: the tied site ``(Λ̄, b̄)``, or the
+    per-point sites ``β_i (w_iᵀu)²/2 − γ_i w_iᵀu`` with ``w`` (b, m) the rows ``a_i`` at
+    which they were formed (None: the current ``a_i``; the gradient is for that case).
     Returns (energy, g_theta (p,), g_lik (q,), g_Z (m, d)); the data terms are scaled by
     n / |B|.  With ``want_grad=False`` the gradients are None.
     """
@@ -235,13 +238,10 @@ def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=T
     q = _Gauss(frame, *sites.q_natural())
     if sites.tied:
         ref = _Gauss(frame, (n - alpha) * sites.Lam, (n - alpha) * sites.b)
-        mr, vr, s = ref.projections(Kb)
-        log_Z, g1, e, _, _ = _tilted(likelihood, yb, mr, vr, d, alpha)
+        cav_m, cav_v, s = ref.projections(Kb)
+        log_Z, g1, e, _, _ = _tilted(likelihood, yb, cav_m, cav_v, d, alpha)
         ok = np.isfinite(log_Z)
-        phi = np.where(ok, log_Z, 0.0) / alpha
-        g_m = np.where(ok, g1, 0.0) / alpha
-        g_v = g_d = np.where(ok, e, 0.0) / alpha
-        cav_m, cav_v = mr, vr
+        phi = log_Z / alpha
         # E6: G(q) − G(p) + (n/α)(G(c) − G(q)) + (1/α) Σ_i log Z_i
         glob = q.G - 0.5 * frame.log_det_K + (n / alpha) * (ref.G - q.G)
         W_mm = (
@@ -249,48 +249,54 @@ def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=T
             + 0.5 * (n / alpha) * (np.outer(ref.Cm, ref.Cm) + ref.CSC)
             - 0.5 * C
         )
+        Cm_rows = np.broadcast_to(ref.Cm, a.shape)
+        r_c = s - a
     else:
-        ref = q
-        mu, s2, s = q.projections(Kb)
+        w = a if w is None else w
         beta, gamma = sites.beta[idx], sites.gamma[idx]
+        aS = a @ q.S
+        mu = w @ q.mean
+        s2 = np.einsum("ij,ij->i", w @ q.S, w)
+        p = np.einsum("ij,ij->i", aS, w)
         lam = 1.0 / np.maximum(s2, 1e-300)
         lam_c = lam - alpha * beta
         ok = (s2 > 0) & (lam_c > 0)
         lam_c = np.where(ok, lam_c, 1.0)
         nu_c = mu * lam - alpha * gamma
-        cav_m, cav_v = nu_c / lam_c, 1.0 / lam_c
+        m_cw, v_cw = nu_c / lam_c, 1.0 / lam_c
+        rho = lam / lam_c
+        kappa = rho * alpha * (beta * mu - gamma)
+        # E11: the u-cavity q / t_i^α projected on h_i = a_iᵀu
+        cav_m = a @ q.mean + kappa * p
+        cav_v = np.einsum("ij,ij->i", aS, a) + alpha * beta * rho * p * p
         log_Z, g1, e, _, _ = _tilted(likelihood, yb, cav_m, cav_v, d, alpha)
         ok &= np.isfinite(log_Z)
         # E7: per-point term (1/α)[log Z_i + G_h(cavity) − G_h(q_i)]
         phi = (log_Z + _log_normaliser_1d(lam_c, nu_c) - _log_normaliser_1d(lam, mu * lam)) / alpha
-        phi = np.where(ok, phi, 0.0)
-        # E10: partial derivatives of φ_i in (μ_i, σ_i², d_i)
-        g_m = lam * (g1 / lam_c + cav_m - mu) / alpha
-        g_v = (
-            lam * lam * (g1 * (cav_m - mu) / lam_c + e / (lam_c * lam_c))
-            + lam * lam * (-cav_m * mu + 0.5 * (cav_m * cav_m + cav_v))
-            - 0.5 * lam * lam * (s2 - mu * mu)
-        ) / alpha
-        g_d = e / alpha
-        g_m, g_v, g_d = (np.where(ok, g, 0.0) for g in (g_m, g_v, g_d))
         glob = q.G - 0.5 * frame.log_det_K
         W_mm = 0.5 * (np.outer(q.Cm, q.Cm) + q.CSC) - 0.5 * C
-    energy = glob + scale * float(np.sum(phi))
+        if want_grad:
+            s = Kb @ q.CSC  # rows of C S a_i
+            Cm_rows = q.Cm[None, :] + kappa[:, None] * s
+            r_c = rho[:, None] * s - a
+            # E12: the normaliser difference through μ_i = a_iᵀm and σ_i² = a_iᵀSa_i
+            h_mu = lam * (m_cw - mu) / alpha
+            h_var = lam * lam * (0.5 * (m_cw * m_cw + v_cw) - m_cw * mu - 0.5 * (s2 - mu * mu))
+            h_mu = scale * np.where(ok, h_mu, 0.0)
+            h_var = scale * np.where(ok, h_var / alpha, 0.0)
+    energy = glob + scale * float(np.sum(np.where(ok, phi, 0.0)))
     if not want_grad:
         return energy, None, None, None
     # E9: weights of dK_nm (rows), dK_mm and d diag K_nn
-    g_m, g_v, g_d = scale * g_m, scale * g_v, scale * g_d
-    W_nm = np.outer(g_m, ref.Cm) + 2.0 * g_v[:, None] * s - 2.0 * g_d[:, None] * a
-    r = s - a
-    X_mm = (
-        np.outer(r.T @ g_m, ref.Cm)
-        + (s * g_v[:, None]).T @ s
-        - 2.0 * (a * g_v[:, None]).T @ s
-        + (a * g_d[:, None]).T @ a
-    )
+    g1 = scale * np.where(ok, g1, 0.0) / alpha
+    e = scale * np.where(ok, e, 0.0) / alpha
+    W_nm = g1[:, None] * Cm_rows + 2.0 * e[:, None] * r_c
+    X_mm = (r_c * g1[:, None]).T @ Cm_rows + (r_c * e[:, None]).T @ r_c
+    if not sites.tied:
+        X_mm += np.outer(s.T @ h_mu, q.Cm) + (s * h_var[:, None]).T @ s
     W_mm = W_mm + 0.5 * (X_mm + X_mm.T)
     kernel, Z = frame.kernel, frame.Z
-    g_theta = theta_gradient_mm(kernel, Z, W_mm) + theta_gradient_rows(kernel, X[idx], Z, W_nm, g_d)
+    g_theta = theta_gradient_mm(kernel, Z, W_mm) + theta_gradient_rows(kernel, X[idx], Z, W_nm, e)
     g_Z = inducing_gradient_mm(kernel, Z, W_mm) + inducing_gradient_rows(kernel, X[idx], Z, W_nm)
     if likelihood.hyperparameter_names:
         G = likelihood.tilted_log_Z_gradient(yb[ok], cav_m[ok], cav_v[ok] + d[ok], alpha)
@@ -301,7 +307,7 @@ def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=T
 
 
 def stochastic_ep_energy(
-    result, X, y, *, batch=None, want_grad=True
+    result, X, y, *, batch=None, want_grad=True, sites_at=None
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """EP energy (E6 / E7) of a :class:`StochasticEPResult` at its sites, and its gradient.
 
@@ -310,6 +316,10 @@ def stochastic_ep_energy(
     result : :class:`StochasticEPResult`; X (n, d), y (n,) the training data.
     batch : indices (b,) of a minibatch (None: all points, the exact energy at the sites).
     want_grad : also return the gradients.
+    sites_at : (kernel, Z) at which per-point sites are held as factors of u
+        (``w_i = a_i`` there; E11), for evaluating the energy of the same sites at other
+        hyperparameters (finite differences); None: the result's own.  The gradient is
+        the one at ``sites_at=None``.
 
     Returns
     -------
@@ -320,8 +330,13 @@ def stochastic_ep_energy(
     y = result.likelihood.validate_targets(y)
     idx = np.arange(X.shape[0]) if batch is None else np.asarray(batch)
     frame = _Frame(result.kernel, result.inducing_inputs, result.jitter)
+    w = None
+    if sites_at is not None and not result._sites.tied:
+        w = _Frame(sites_at[0], np.asarray(sites_at[1], dtype=float), result.jitter).rows(
+            X[idx]
+        )[1]
     return _energy_and_gradient(
-        result._sites, frame, X, y, idx, result.likelihood, result.power, want_grad
+        result._sites, frame, X, y, idx, result.likelihood, result.power, want_grad, w
     )
 
 
@@ -415,6 +430,7 @@ def fit_stochastic_ep(
     random_state=None,
     callback: Callable | None = None,
     max_time=None,
+    keep_best=False,
 ) -> StochasticEPResult:
     """Stochastic power EP with minibatch learning of θ, the likelihood parameters and Z.
 
@@ -447,12 +463,14 @@ def fit_stochastic_ep(
     callback : called after every epoch as ``callback(result_so_far, record)``; returning
         True stops the run.
     max_time : seconds; the run stops after the epoch that passes it.
+    keep_best : return the state after the epoch with the highest energy estimate instead
+        of the last one (the estimates are minibatch averages: noisy, and biased towards
+        early epochs while the sites lag behind the parameters).
 
     Returns
     -------
     StochasticEPResult
-        The state at the epoch with the highest energy estimate when learning (with
-        ``max_time`` or otherwise), the last state at fixed hyperparameters.
+        The last state (or the best, ``keep_best``); ``history`` covers every epoch.
     """
     alpha = check_inducing_power(power)
     if not isinstance(likelihood, Likelihood):
@@ -515,9 +533,12 @@ def fit_stochastic_ep(
         order = rng.permutation(n)
         for start in range(0, n, b_size):
             idx = order[start : start + b_size]
-            for _ in range(site_steps):
-                skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
+            if tied_sites:
+                for _ in range(site_steps):
+                    skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
             if learning:
+                # per-point sites: the gradient before the batch's own sites are refreshed,
+                # so that its points carry sites as old as everyone else's (E13)
                 E, g_t, g_l, g_Z = _energy_and_gradient(sites, frame, X, y, idx, cur_lik, alpha)
                 grad = np.concatenate([g_t, g_l, g_Z.ravel()]) * mask
                 if np.all(np.isfinite(grad)):
@@ -532,6 +553,9 @@ def fit_stochastic_ep(
                         cur_k, cur_lik, cur_Z = unpack(x)
                         frame = new_frame
                 energies.append(E)
+            if not tied_sites:
+                for _ in range(site_steps):
+                    skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
             t += 1
             if max_steps is not None and t >= max_steps:
                 stopped = "max_steps"
@@ -544,7 +568,7 @@ def fit_stochastic_ep(
             "time": time.perf_counter() - t0, "skipped": skipped,
         }  # fmt: skip
         history.append(record)
-        if learning and np.isfinite(record["energy"]) and record["energy"] > best_energy:
+        if keep_best and np.isfinite(record["energy"]) and record["energy"] > best_energy:
             best_energy, best = record["energy"], (x.copy(), sites.copy(), t)
         if callback is not None and callback(snapshot(x, sites, history, t, "running"), record):
             stopped = "callback"
@@ -554,6 +578,6 @@ def fit_stochastic_ep(
         if max_time is not None and record["time"] >= max_time:
             stopped = "max_time"
             break
-    if learning and best is not None:
+    if keep_best and best is not None:
         x, sites, _ = best
     return snapshot(x, sites, history, t, stopped)
