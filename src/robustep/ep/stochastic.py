@@ -332,9 +332,7 @@ def stochastic_ep_energy(
     frame = _Frame(result.kernel, result.inducing_inputs, result.jitter)
     w = None
     if sites_at is not None and not result._sites.tied:
-        w = _Frame(sites_at[0], np.asarray(sites_at[1], dtype=float), result.jitter).rows(
-            X[idx]
-        )[1]
+        w = _Frame(sites_at[0], np.asarray(sites_at[1], dtype=float), result.jitter).rows(X[idx])[1]
     return _energy_and_gradient(
         result._sites, frame, X, y, idx, result.likelihood, result.power, want_grad, w
     )
