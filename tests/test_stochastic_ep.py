@@ -229,9 +229,12 @@ def test_reproducible_and_stops():
     c = fit_stochastic_ep(kernel, X, y, Probit(), Z, **{**kw, "random_state": 8})
     assert not np.array_equal(a.mean, c.mean)
     seen = []
-    d = fit_stochastic_ep(kernel, X, y, Probit(), Z,
-                          callback=lambda state, rec: seen.append(rec["epoch"]) or rec["epoch"] == 2,
-                          **kw)  # fmt: skip
+
+    def stop_at_two(state, record):
+        seen.append(record["epoch"])
+        return record["epoch"] == 2
+
+    d = fit_stochastic_ep(kernel, X, y, Probit(), Z, callback=stop_at_two, **kw)
     assert seen == [1, 2] and d.stopped == "callback" and len(d.history) == 2
     e = fit_stochastic_ep(kernel, X, y, Probit(), Z, max_time=0.0, **kw)
     assert e.stopped == "max_time" and len(e.history) == 1
