@@ -67,7 +67,9 @@ def main(argv=None):
     print(f"n = {args.n}, m = {args.m}, d = {d}, power = {args.power}, batch = {args.batch}, "
           f"damping = {args.damping}, "
           f"{'per-point' if args.per_point else 'tied'} sites, lr = {args.lr}")  # fmt: skip
-    print("\n| epoch | train s | energy estimate | test error | test log loss |\n|---|---|---|---|---|")
+    print(
+        "\n| epoch | train s | energy estimate | test error | test log loss |\n|---|---|---|---|---|"
+    )
 
     def report(state, record):
         t0 = time.perf_counter()

@@ -531,12 +531,10 @@ def fit_stochastic_ep(
         order = rng.permutation(n)
         for start in range(0, n, b_size):
             idx = order[start : start + b_size]
-            if tied_sites:
-                for _ in range(site_steps):
-                    skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
+            for _ in range(site_steps):
+                skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
             if learning:
-                # per-point sites: the gradient before the batch's own sites are refreshed,
-                # so that its points carry sites as old as everyone else's (E13)
+                # the gradient at the minibatch's refreshed sites (E13)
                 E, g_t, g_l, g_Z = _energy_and_gradient(sites, frame, X, y, idx, cur_lik, alpha)
                 grad = np.concatenate([g_t, g_l, g_Z.ravel()]) * mask
                 if np.all(np.isfinite(grad)):
@@ -551,9 +549,6 @@ def fit_stochastic_ep(
                         cur_k, cur_lik, cur_Z = unpack(x)
                         frame = new_frame
                 energies.append(E)
-            if not tied_sites:
-                for _ in range(site_steps):
-                    skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
             t += 1
             if max_steps is not None and t >= max_steps:
                 stopped = "max_steps"
