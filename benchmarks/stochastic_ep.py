@@ -9,8 +9,8 @@ excluded), the energy estimate, and the test error and mean negative log predict
 density (test log loss).
 
 Usage: ``python benchmarks/stochastic_ep.py [--quick] [--n N] [--m M] [--epochs E]
-[--batch B] [--power A] [--lr LR] [--damping D] [--per-point] [--max-time S]``.  ``--quick``: n = 10⁴,
-m = 64, 3 epochs (seconds).
+[--batch B] [--power A] [--lr LR] [--damping D] [--per-point] [--max-time S]``.
+``--quick``: n = 10⁴, m = 64, 3 epochs (seconds).
 """
 
 from __future__ import annotations
@@ -67,9 +67,8 @@ def main(argv=None):
     print(f"n = {args.n}, m = {args.m}, d = {d}, power = {args.power}, batch = {args.batch}, "
           f"damping = {args.damping}, "
           f"{'per-point' if args.per_point else 'tied'} sites, lr = {args.lr}")  # fmt: skip
-    print(
-        "\n| epoch | train s | energy estimate | test error | test log loss |\n|---|---|---|---|---|"
-    )
+    print("\n| epoch | train s | energy estimate | test error | test log loss |")
+    print("|---|---|---|---|---|")
 
     def report(state, record):
         t0 = time.perf_counter()
@@ -86,7 +85,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     fit = fit_stochastic_ep(kernel, X, y, Probit(), Z, power=args.power,
                             batch_size=args.batch, n_epochs=args.epochs,
-                            learning_rate=args.lr, damping=args.damping, tied_sites=not args.per_point,
+                            learning_rate=args.lr, damping=args.damping,
+                            tied_sites=not args.per_point,
                             random_state=0, callback=report, max_time=max_time)  # fmt: skip
     wall = time.perf_counter() - t0 - evaluation["seconds"]
     print(f"\ntraining wall time {wall:.1f} s ({fit.n_steps} steps, stopped: {fit.stopped}); "
