@@ -237,7 +237,7 @@ def test_reproducible_and_stops():
     d = fit_stochastic_ep(kernel, X, y, Probit(), Z, callback=stop_at_two, **kw)
     assert seen == [1, 2] and d.stopped == "callback" and len(d.history) == 2
     e = fit_stochastic_ep(kernel, X, y, Probit(), Z, max_time=0.0, **kw)
-    assert e.stopped == "max_time" and len(e.history) == 1
+    assert e.stopped == "max_time" and len(e.history) == 1 and e.n_steps == 1
     f = fit_stochastic_ep(kernel, X, y, Probit(), Z, max_time=0.0, keep_best=True, **kw)
     np.testing.assert_array_equal(f.mean, e.mean)
     g = fit_stochastic_ep(kernel, X, y, Probit(), Z, max_steps=5, **kw)

@@ -368,7 +368,8 @@ class StochasticEPResult:
     site_precision, site_shift : (n,) per-point sites (β_i, γ_i) on h_i, or None (tied).
     history : list of dicts per epoch: ``epoch``, ``step``, ``energy`` (mean of the
         minibatch estimates over the epoch), ``time`` (s since the start), ``skipped``.
-    n_steps : minibatch steps taken; stopped : "max_steps", "n_epochs" or "max_time".
+    n_steps : minibatch steps taken; stopped : "n_epochs", "max_steps", "max_time" or
+        "callback".
     """
 
     kernel: object
@@ -460,7 +461,8 @@ def fit_stochastic_ep(
     random_state : int or numpy Generator, for the minibatch order.
     callback : called after every epoch as ``callback(result_so_far, record)``; returning
         True stops the run.
-    max_time : seconds; the run stops after the epoch that passes it.
+    max_time : seconds (callbacks included); the run stops after the first step that
+        passes it and records that partial epoch in ``history``.
     keep_best : return the state after the epoch with the highest energy estimate instead
         of the last one (the estimates are minibatch averages: noisy, and biased towards
         early epochs while the sites lag behind the parameters).
@@ -553,6 +555,9 @@ def fit_stochastic_ep(
             if max_steps is not None and t >= max_steps:
                 stopped = "max_steps"
                 break
+            if max_time is not None and time.perf_counter() - t0 >= max_time:
+                stopped = "max_time"
+                break
         if not learning:
             energies.append(_energy_and_gradient(
                 sites, frame, X, y, idx, cur_lik, alpha, want_grad=False)[0])  # fmt: skip
@@ -566,10 +571,7 @@ def fit_stochastic_ep(
         if callback is not None and callback(snapshot(x, sites, history, t, "running"), record):
             stopped = "callback"
             break
-        if stopped == "max_steps":
-            break
-        if max_time is not None and record["time"] >= max_time:
-            stopped = "max_time"
+        if stopped in ("max_steps", "max_time"):
             break
     if keep_best and best is not None:
         x, sites, _ = best
