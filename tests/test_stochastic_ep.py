@@ -266,5 +266,7 @@ def test_bad_arguments():
         fit_stochastic_ep(kernel, X[:, 0], y, Probit(), Z)
     with pytest.raises(ValueError, match="shape"):
         fit_stochastic_ep(kernel, X, y, Probit(), Z[:, :1])
+    with pytest.raises(ValueError, match="damping"):
+        fit_stochastic_ep(kernel, X, y, Probit(), Z, damping=1.5, tied_sites=False)
     with pytest.raises(TypeError, match="Likelihood"):
         fit_stochastic_ep(kernel, X, y, "probit", Z)

@@ -452,7 +452,8 @@ def fit_stochastic_ep(
         step t.
     damping : weight of the new site in each visit (constant schedule).  Per-point sites:
         ``t_i ← t_i^{1−δ} t_i,new^δ``; tied sites: the average site moves by
-        ``ε = δ |B| / n`` towards the minibatch average (SEP's 1/n per point).
+        ``ε = min(1, δ |B| / n)`` towards the minibatch average (SEP's 1/n per point
+        times δ; δ > 1 is allowed there and makes the tied site follow faster).
     tied_sites : True: one average site (memory O(m²)); False: one site per point (O(n)).
     learn_kernel, learn_likelihood, learn_inducing : which parameters take gradient steps
         (all False: EP at fixed hyperparameters).
@@ -483,6 +484,11 @@ def fit_stochastic_ep(
     n, m = X.shape[0], Z.shape[0]
     if y.shape != (n,) or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
         raise ValueError("y must have shape (n,) and Z shape (m, d) with X's d")
+    if not (np.isfinite(damping) and damping > 0 and (tied_sites or damping <= 1)):
+        raise ValueError(
+            f"damping must be in (0, 1] for per-point sites and > 0 for tied sites (the "
+            f"average site then moves by min(1, damping * batch_size / n)), got {damping!r}"
+        )
     b_size = int(min(max(1, batch_size), n))
     rng = np.random.default_rng(random_state)
     steps_per_epoch = int(np.ceil(n / b_size))
