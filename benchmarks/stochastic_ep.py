@@ -11,6 +11,11 @@ density (test log loss).
 Usage: ``python benchmarks/stochastic_ep.py [--quick] [--n N] [--m M] [--epochs E]
 [--batch B] [--power A] [--lr LR] [--damping D] [--per-point] [--max-time S]``.
 ``--quick``: n = 10⁴, m = 64, 3 epochs (seconds).
+
+Measured (``--n 100000 --m 256``, defaults: α = 0.5, tied sites, batch 1000, lr 0.05,
+damping 2; one run on a shared 2-core machine whose load varied, one BLAS thread;
+benchmarks/results/stochastic_ep_n100000_m256.txt): test log loss 0.396 after 20 s,
+0.367 after 300 s, 0.343 after 410 s, 0.322 after 780 s (60 epochs, test error 0.145).
 """
 
 from __future__ import annotations
