@@ -15,7 +15,10 @@ Usage: ``python benchmarks/stochastic_ep.py [--quick] [--n N] [--m M] [--epochs 
 Measured (``--n 100000 --m 256``, defaults: α = 0.5, tied sites, batch 1000, lr 0.05,
 damping 2; one run on a shared 2-core machine whose load varied, one BLAS thread;
 benchmarks/results/stochastic_ep_n100000_m256.txt): test log loss 0.396 after 20 s,
-0.367 after 300 s, 0.343 after 410 s, 0.322 after 780 s (60 epochs, test error 0.145).
+0.367 after 300 s, 0.343 after 410 s, 0.322 after 780 s (60 epochs, test error 0.145;
+the first 300 s ran next to a test suite on the same cores).  Per-point sites
+(``--per-point --damping 1 --max-time 300``, a quieter machine;
+..._per_point.txt): 0.335 after 97 s, 0.322 after 243 s, 0.324 at the 292 s stop.
 """
 
 from __future__ import annotations
