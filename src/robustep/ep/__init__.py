@@ -12,6 +12,7 @@ from robustep.ep.multiclass_sparse import (
 )
 from robustep.ep.sparse_power import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.state import EPResult
+from robustep.ep.stochastic import StochasticEPResult, fit_stochastic_ep
 from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
 from robustep.ep.updates import moment_matching_update
 
@@ -35,4 +36,6 @@ __all__ = [
     "sparse_nested_ep",
     "PseudoPointEPResult",
     "pseudo_point_power_ep",
+    "StochasticEPResult",
+    "fit_stochastic_ep",
 ]

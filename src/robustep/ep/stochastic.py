@@ -1,0 +1,584 @@
+"""Stochastic power EP for the sparse GP: minibatch site updates and hyperparameter learning.
+
+Derivation: docs/derivations/stochastic_ep.md (equations E1–E12 cited below).  The model is
+the pseudo-point posterior of :mod:`robustep.ep.sparse_power` (Bui, Yan & Turner 2017):
+``q(u) ∝ N(u | 0, K_mm) ∏_i t_i(h_i)``, ``h_i = a_iᵀu = E[f_i | u]``,
+``a_i = K_mm⁻¹ k_i``, with power α on every exact factor ``p(y_i | f_i)`` and
+``f_i | u ~ N(h_i, d_i)``, ``d_i = k_ii − k_iᵀ K_mm⁻¹ k_i`` (the FITC diagonal).  q(u) is held
+in natural parameters ``(K_mm⁻¹ + Λ, b)`` with the site part ``(Λ, b)`` stored in the space
+of the inducing values u (Hernández-Lobato & Hernández-Lobato, AISTATS 2016): a gradient
+step in θ or Z changes ``K_mm`` but not ``(Λ, b)``, so every quantity except the per-point
+terms costs O(m³), and the EP energy is a sum over data points plus O(m³) terms whose
+minibatch estimate is unbiased (E6, E7).
+
+Two kinds of sites:
+
+* tied (stochastic EP, Li, Hernández-Lobato & Turner 2015): one average site
+  ``f̄(u) = exp(b̄ᵀu − uᵀΛ̄u/2)``, q = p f̄ⁿ, O(m²) memory whatever n;
+* per point: ``(β_i, γ_i)`` on ``h_i`` (O(n) memory) and their sum ``Σ β_i a_i a_iᵀ``,
+  ``Σ γ_i a_i`` in u-space, updated incrementally; with learning it is recomputed at the
+  current θ, Z at the start of every epoch (one O(n m²) pass per epoch).
+
+Cost per step: O(|B| m² + m³) for a minibatch B; nothing of size n × n, and no pass over
+the data except the per-epoch refresh of per-point sites.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import numpy as np
+from scipy.linalg import cho_solve, cholesky, solve_triangular
+
+from robustep.ep.sparse_power import check_inducing_power
+from robustep.kernels._rows import row_chunks
+from robustep.kernels.inducing import (
+    cross_covariance,
+    inducing_gradient_mm,
+    inducing_gradient_rows,
+    theta_gradient_mm,
+    theta_gradient_rows,
+)
+from robustep.likelihoods.base import Likelihood
+
+__all__ = ["StochasticEPResult", "fit_stochastic_ep", "stochastic_ep_energy"]
+
+
+# ----------------------------------------------------------------- Gaussians over u
+class _Frame:
+    """The prior factor at (kernel, Z): ``K = k(Z, Z) + jitter I = L Lᵀ``, ``C = K⁻¹``."""
+
+    def __init__(self, kernel, Z, jitter):
+        self.kernel, self.Z = kernel, Z
+        m = Z.shape[0]
+        K = np.asarray(kernel(Z), dtype=float) + jitter * np.eye(m)
+        self.L = cholesky(K, lower=True)
+        self.log_det_K = 2.0 * np.sum(np.log(np.diag(self.L)))
+        self.C = cho_solve((self.L, True), np.eye(m))
+
+    def rows(self, X):
+        """(k_i rows (b, m), a_i = C k_i rows (b, m), k_ii (b,), d_i (b,))."""
+        Kb = cross_covariance(self.kernel, X, self.Z)
+        a = Kb @ self.C
+        kd = np.asarray(self.kernel.diag(X), dtype=float)
+        d = np.maximum(kd - np.einsum("ij,ij->i", Kb, a), 0.0)
+        return Kb, a, kd, d
+
+
+class _Gauss:
+    """N(u | m, S) with precision ``C + Lam`` and shift ``b`` (eq. E1), via
+    ``A = I + Lᵀ Lam L`` (``S = L A⁻¹ Lᵀ``): no inverse of an ill-conditioned K is formed
+    for S itself.  ``G`` is the log normaliser without the (m/2) log 2π constant (E2)."""
+
+    def __init__(self, frame: _Frame, Lam, b):
+        L = frame.L
+        m = L.shape[0]
+        A = np.eye(m) + L.T @ Lam @ L
+        A = 0.5 * (A + A.T)
+        self.L_A = cholesky(A, lower=True)  # LinAlgError when q is improper
+        LAi_Lt = solve_triangular(self.L_A, L.T, lower=True)  # L_A⁻¹ Lᵀ
+        self.S = LAi_Lt.T @ LAi_Lt
+        self.mean = self.S @ b
+        # C S C = L⁻ᵀ A⁻¹ L⁻¹ and C m
+        LAi_Linv = solve_triangular(
+            self.L_A, solve_triangular(L, np.eye(m), lower=True), lower=True
+        )
+        self.CSC = LAi_Linv.T @ LAi_Linv
+        self.Cm = frame.C @ self.mean
+        log_det_A = 2.0 * np.sum(np.log(np.diag(self.L_A)))
+        self.G = 0.5 * float(b @ self.mean) + 0.5 * frame.log_det_K - 0.5 * log_det_A
+
+    def projections(self, Kb):
+        """(mean (b,), var (b,), s = rows of C S C k_i (b, m)) of h_i = a_iᵀu."""
+        s = Kb @ self.CSC
+        return Kb @ self.Cm, np.maximum(np.einsum("ij,ij->i", s, Kb), 0.0), s
+
+
+def _log_normaliser_1d(lam, nu):
+    """Log normaliser of exp(ν h − λ h²/2) without the ½ log 2π constant."""
+    return 0.5 * nu * nu / lam - 0.5 * np.log(lam)
+
+
+# -------------------------------------------------------------------- the tilted step
+def _tilted(likelihood, y, m, v, d, alpha):
+    """Power-α tilted quantities of ``p(y|f)^α N(f | m, v + d)`` (eqs. P4, P5, P9).
+
+    Returns log Z (b,), ∂_m log Z (b,), ∂_V log Z (b,), tilted mean and variance of h.
+    """
+    V = v + d
+    log_Z, mf, vf = likelihood.tilted_moments(y, m, V, alpha)
+    mf, vf = np.asarray(mf, dtype=float), np.asarray(vf, dtype=float)
+    g1 = (mf - m) / V
+    g2 = (vf - V) / (V * V)
+    r = v / V
+    return (
+        np.asarray(log_Z, dtype=float),
+        g1,
+        0.5 * (g1 * g1 + g2),
+        m + r * (mf - m),
+        (v * d / V + r * r * vf),
+    )
+
+
+# ------------------------------------------------------------------------- the state
+@dataclasses.dataclass
+class _Sites:
+    """Site parameters: tied (``Lam`` and ``b`` are the average site) or per point."""
+
+    tied: bool
+    n: int
+    Lam: np.ndarray  # (m, m): average site (tied) or sum of the per-point sites in u
+    b: np.ndarray  # (m,)
+    beta: np.ndarray | None = None  # (n,) per point
+    gamma: np.ndarray | None = None
+
+    def q_natural(self):
+        """Site part (Λ, b) of q's natural parameters."""
+        return (self.n * self.Lam, self.n * self.b) if self.tied else (self.Lam, self.b)
+
+    def copy(self):
+        return dataclasses.replace(
+            self,
+            Lam=self.Lam.copy(),
+            b=self.b.copy(),
+            beta=None if self.beta is None else self.beta.copy(),
+            gamma=None if self.gamma is None else self.gamma.copy(),
+        )
+
+
+def _refresh_sum(sites, frame, X):
+    """Recompute Σ β_i a_i a_iᵀ and Σ γ_i a_i at the current θ, Z (one pass, O(n m²))."""
+    m = frame.Z.shape[0]
+    Lam, b = np.zeros((m, m)), np.zeros(m)
+    for rows in row_chunks(X.shape[0], m):
+        _, a, _, _ = frame.rows(X[rows])
+        Lam += (a * sites.beta[rows, None]).T @ a
+        b += a.T @ sites.gamma[rows]
+    sites.Lam, sites.b = 0.5 * (Lam + Lam.T), b
+
+
+def _site_step(sites, frame, X, y, idx, likelihood, alpha, damping, q=None):
+    """Damped power-EP update of the sites of the points ``idx`` (eqs. E3–E5).
+
+    Returns the number of points skipped for an improper cavity or tilted distribution.
+    The step is halved (up to 10 times) when it would make q improper.
+    """
+    Kb, a, _, d = frame.rows(X[idx])
+    yb = y[idx]
+    n = sites.n
+    if sites.tied:
+        Lam_c, b_c = (n - alpha) * sites.Lam, (n - alpha) * sites.b
+        cav = _Gauss(frame, Lam_c, b_c)
+        mc, vc, _ = cav.projections(Kb)
+        ok = vc > 0
+    else:
+        q = q if q is not None else _Gauss(frame, *sites.q_natural())
+        mu, s2, _ = q.projections(Kb)
+        lam = 1.0 / np.maximum(s2, 1e-300)
+        lam_c = lam - alpha * sites.beta[idx]
+        nu_c = mu * lam - alpha * sites.gamma[idx]
+        ok = (s2 > 0) & (lam_c > 0)
+        lam_c = np.where(ok, lam_c, 1.0)
+        mc, vc = nu_c / lam_c, 1.0 / lam_c
+    _, _, _, mh, vh = _tilted(likelihood, yb, mc, np.where(ok, vc, 1.0), d, alpha)
+    ok &= np.isfinite(mh) & np.isfinite(vh) & (vh > 0)
+    vh = np.where(ok, vh, 1.0)
+    beta_new = np.where(ok, (1.0 / vh - 1.0 / np.where(ok, vc, 1.0)) / alpha, 0.0)
+    gamma_new = np.where(ok, (mh / vh - mc / np.where(ok, vc, 1.0)) / alpha, 0.0)
+    if sites.tied:
+        # the average of the minibatch's new sites replaces a share of the average site
+        Lam_B = (a[ok] * beta_new[ok, None]).T @ a[ok] / len(idx)
+        b_B = a[ok].T @ gamma_new[ok] / len(idx)
+        eps = min(1.0, damping * len(idx) / n)
+        for _ in range(11):
+            Lam = (1.0 - eps) * sites.Lam + eps * 0.5 * (Lam_B + Lam_B.T)
+            try:
+                _Gauss(frame, n * Lam, n * sites.b)
+            except np.linalg.LinAlgError:
+                eps *= 0.5
+                continue
+            sites.Lam, sites.b = Lam, (1.0 - eps) * sites.b + eps * b_B
+            break
+    else:
+        dbeta = np.where(ok, beta_new - sites.beta[idx], 0.0)
+        dgamma = np.where(ok, gamma_new - sites.gamma[idx], 0.0)
+        eps = damping
+        for _ in range(11):
+            dLam = (a * (eps * dbeta)[:, None]).T @ a
+            Lam = sites.Lam + 0.5 * (dLam + dLam.T)
+            try:
+                _Gauss(frame, Lam, sites.b)
+            except np.linalg.LinAlgError:
+                eps *= 0.5
+                continue
+            sites.Lam, sites.b = Lam, sites.b + a.T @ (eps * dgamma)
+            sites.beta[idx] += eps * dbeta
+            sites.gamma[idx] += eps * dgamma
+            break
+    return int(np.sum(~ok))
+
+
+# -------------------------------------------------------------- energy and gradient
+def _energy_and_gradient(sites, frame, X, y, idx, likelihood, alpha, want_grad=True, w=None):
+    """Minibatch estimate of the EP energy (E6, E7) and of its gradient (E8–E12).
+
+    The sites are held fixed as Gaussian factors of u: the tied site ``(Λ̄, b̄)``, or the
+    per-point sites ``β_i (w_iᵀu)²/2 − γ_i w_iᵀu`` with ``w`` (b, m) the rows ``a_i`` at
+    which they were formed (None: the current ``a_i``; the gradient is for that case).
+    Returns (energy, g_theta (p,), g_lik (q,), g_Z (m, d)); the data terms are scaled by
+    n / |B|.  With ``want_grad=False`` the gradients are None.
+    """
+    n = sites.n
+    scale = n / len(idx)
+    Kb, a, _, d = frame.rows(X[idx])
+    yb = y[idx]
+    C = frame.C
+    q = _Gauss(frame, *sites.q_natural())
+    if sites.tied:
+        ref = _Gauss(frame, (n - alpha) * sites.Lam, (n - alpha) * sites.b)
+        cav_m, cav_v, s = ref.projections(Kb)
+        log_Z, g1, e, _, _ = _tilted(likelihood, yb, cav_m, cav_v, d, alpha)
+        ok = np.isfinite(log_Z)
+        phi = log_Z / alpha
+        # E6: G(q) − G(p) + (n/α)(G(c) − G(q)) + (1/α) Σ_i log Z_i
+        glob = q.G - 0.5 * frame.log_det_K + (n / alpha) * (ref.G - q.G)
+        W_mm = (
+            0.5 * (1.0 - n / alpha) * (np.outer(q.Cm, q.Cm) + q.CSC)
+            + 0.5 * (n / alpha) * (np.outer(ref.Cm, ref.Cm) + ref.CSC)
+            - 0.5 * C
+        )
+        Cm_rows = np.broadcast_to(ref.Cm, a.shape)
+        r_c = s - a
+    else:
+        w = a if w is None else w
+        beta, gamma = sites.beta[idx], sites.gamma[idx]
+        aS = a @ q.S
+        mu = w @ q.mean
+        s2 = np.einsum("ij,ij->i", w @ q.S, w)
+        p = np.einsum("ij,ij->i", aS, w)
+        lam = 1.0 / np.maximum(s2, 1e-300)
+        lam_c = lam - alpha * beta
+        ok = (s2 > 0) & (lam_c > 0)
+        lam_c = np.where(ok, lam_c, 1.0)
+        nu_c = mu * lam - alpha * gamma
+        m_cw, v_cw = nu_c / lam_c, 1.0 / lam_c
+        rho = lam / lam_c
+        kappa = rho * alpha * (beta * mu - gamma)
+        # E11: the u-cavity q / t_i^α projected on h_i = a_iᵀu
+        cav_m = a @ q.mean + kappa * p
+        cav_v = np.einsum("ij,ij->i", aS, a) + alpha * beta * rho * p * p
+        log_Z, g1, e, _, _ = _tilted(likelihood, yb, cav_m, cav_v, d, alpha)
+        ok &= np.isfinite(log_Z)
+        # E7: per-point term (1/α)[log Z_i + G_h(cavity) − G_h(q_i)]
+        phi = (log_Z + _log_normaliser_1d(lam_c, nu_c) - _log_normaliser_1d(lam, mu * lam)) / alpha
+        glob = q.G - 0.5 * frame.log_det_K
+        W_mm = 0.5 * (np.outer(q.Cm, q.Cm) + q.CSC) - 0.5 * C
+        if want_grad:
+            s = Kb @ q.CSC  # rows of C S a_i
+            Cm_rows = q.Cm[None, :] + kappa[:, None] * s
+            r_c = rho[:, None] * s - a
+            # E12: the normaliser difference through μ_i = a_iᵀm and σ_i² = a_iᵀSa_i
+            h_mu = lam * (m_cw - mu) / alpha
+            h_var = lam * lam * (0.5 * (m_cw * m_cw + v_cw) - m_cw * mu - 0.5 * (s2 - mu * mu))
+            h_mu = scale * np.where(ok, h_mu, 0.0)
+            h_var = scale * np.where(ok, h_var / alpha, 0.0)
+    energy = glob + scale * float(np.sum(np.where(ok, phi, 0.0)))
+    if not want_grad:
+        return energy, None, None, None
+    # E9: weights of dK_nm (rows), dK_mm and d diag K_nn
+    g1 = scale * np.where(ok, g1, 0.0) / alpha
+    e = scale * np.where(ok, e, 0.0) / alpha
+    W_nm = g1[:, None] * Cm_rows + 2.0 * e[:, None] * r_c
+    X_mm = (r_c * g1[:, None]).T @ Cm_rows + (r_c * e[:, None]).T @ r_c
+    if not sites.tied:
+        X_mm += np.outer(s.T @ h_mu, q.Cm) + (s * h_var[:, None]).T @ s
+    W_mm = W_mm + 0.5 * (X_mm + X_mm.T)
+    kernel, Z = frame.kernel, frame.Z
+    g_theta = theta_gradient_mm(kernel, Z, W_mm) + theta_gradient_rows(kernel, X[idx], Z, W_nm, e)
+    g_Z = inducing_gradient_mm(kernel, Z, W_mm) + inducing_gradient_rows(kernel, X[idx], Z, W_nm)
+    if likelihood.hyperparameter_names:
+        G = likelihood.tilted_log_Z_gradient(yb[ok], cav_m[ok], cav_v[ok] + d[ok], alpha)
+        g_lik = scale * np.sum(G, axis=0) / alpha
+    else:
+        g_lik = np.zeros(0)
+    return energy, np.asarray(g_theta, dtype=float), g_lik, g_Z
+
+
+def stochastic_ep_energy(
+    result, X, y, *, batch=None, want_grad=True, sites_at=None
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """EP energy (E6 / E7) of a :class:`StochasticEPResult` at its sites, and its gradient.
+
+    Parameters
+    ----------
+    result : :class:`StochasticEPResult`; X (n, d), y (n,) the training data.
+    batch : indices (b,) of a minibatch (None: all points, the exact energy at the sites).
+    want_grad : also return the gradients.
+    sites_at : (kernel, Z) at which per-point sites are held as factors of u
+        (``w_i = a_i`` there; E11), for evaluating the energy of the same sites at other
+        hyperparameters (finite differences); None: the result's own.  The gradient is
+        the one at ``sites_at=None``.
+
+    Returns
+    -------
+    energy (float; the data terms scaled by n / b), g_theta (p,) w.r.t. ``kernel.theta``,
+    g_lik (q,) w.r.t. the likelihood's log parameters, g_Z (m, d).
+    """
+    X = np.asarray(X, dtype=float)
+    y = result.likelihood.validate_targets(y)
+    idx = np.arange(X.shape[0]) if batch is None else np.asarray(batch)
+    frame = _Frame(result.kernel, result.inducing_inputs, result.jitter)
+    w = None
+    if sites_at is not None and not result._sites.tied:
+        w = _Frame(sites_at[0], np.asarray(sites_at[1], dtype=float), result.jitter).rows(X[idx])[1]
+    return _energy_and_gradient(
+        result._sites, frame, X, y, idx, result.likelihood, result.power, want_grad, w
+    )
+
+
+# --------------------------------------------------------------------------- Adam
+class _Adam:
+    """Adam (Kingma & Ba 2015) for ascent: x ← x + lr m̂ / (√v̂ + ε)."""
+
+    def __init__(self, size, beta1=0.9, beta2=0.999, eps=1e-8):
+        self.m, self.v = np.zeros(size), np.zeros(size)
+        self.beta1, self.beta2, self.eps, self.t = beta1, beta2, eps, 0
+
+    def step(self, x, grad, lr):
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * grad
+        self.v = self.beta2 * self.v + (1 - self.beta2) * grad * grad
+        mh = self.m / (1 - self.beta1**self.t)
+        vh = self.v / (1 - self.beta2**self.t)
+        return x + lr * mh / (np.sqrt(vh) + self.eps)
+
+
+# ------------------------------------------------------------------------- result
+@dataclasses.dataclass
+class StochasticEPResult:
+    """Fitted state of :func:`fit_stochastic_ep`.
+
+    Attributes
+    ----------
+    kernel : the fitted scikit-learn kernel; inducing_inputs : Z (m, d);
+    likelihood : the fitted likelihood; power : α; jitter : added to K_mm's diagonal.
+    mean (m,), cov (m, m) : q(u) = N(mean, cov) over the inducing values.
+    site_precision, site_shift : (n,) per-point sites (β_i, γ_i) on h_i, or None (tied).
+    history : list of dicts per epoch: ``epoch``, ``step``, ``energy`` (mean of the
+        minibatch estimates over the epoch), ``time`` (s since the start), ``skipped``.
+    n_steps : minibatch steps taken; stopped : "n_epochs", "max_steps", "max_time" or
+        "callback".
+    """
+
+    kernel: object
+    inducing_inputs: np.ndarray
+    likelihood: Likelihood
+    power: float
+    jitter: float
+    mean: np.ndarray
+    cov: np.ndarray
+    site_precision: np.ndarray | None
+    site_shift: np.ndarray | None
+    history: list
+    n_steps: int
+    stopped: str
+    _sites: _Sites = dataclasses.field(repr=False, default=None)
+
+    def predict(self, X_new):
+        """FITC predictive of the latent f at X_new (k, d) (eq. S10): (mean (k,), var (k,))."""
+        X_new = np.asarray(X_new, dtype=float)
+        frame = _Frame(self.kernel, self.inducing_inputs, self.jitter)
+        mean = np.empty(X_new.shape[0])
+        var = np.empty(X_new.shape[0])
+        for rows in row_chunks(X_new.shape[0], self.inducing_inputs.shape[0]):
+            Kb, a, _, d = frame.rows(X_new[rows])
+            mean[rows] = a @ self.mean
+            var[rows] = d + np.einsum("ij,ij->i", a @ self.cov, a)
+        return mean, var
+
+
+def _schedule(value, default_decay):
+    if callable(value):
+        return value
+    value = float(value)
+    return lambda t: value / np.sqrt(1.0 + t / default_decay) if default_decay else value
+
+
+def fit_stochastic_ep(
+    kernel,
+    X,
+    y,
+    likelihood,
+    Z,
+    *,
+    power=0.5,
+    batch_size=256,
+    n_epochs=10,
+    max_steps=None,
+    learning_rate=0.01,
+    lr_decay_epochs=5.0,
+    damping=0.5,
+    tied_sites=True,
+    learn_kernel=True,
+    learn_likelihood=True,
+    learn_inducing=True,
+    site_steps=1,
+    jitter=1e-6,
+    random_state=None,
+    callback: Callable | None = None,
+    max_time=None,
+    keep_best=False,
+) -> StochasticEPResult:
+    """Stochastic power EP with minibatch learning of θ, the likelihood parameters and Z.
+
+    Each step draws a minibatch B (an epoch is a random permutation cut into batches),
+    updates the sites of B by damped power EP (``site_steps`` times; eqs. E3–E5), then
+    takes one Adam ascent step along the minibatch estimate of the gradient of the EP
+    energy (E8–E12) in (log θ, log ψ, Z) (Hernández-Lobato & Hernández-Lobato 2016).
+
+    Parameters
+    ----------
+    kernel : scikit-learn kernel (its ``theta``, the free log hyperparameters, is learned).
+    X : (n, d) inputs; y : (n,) targets for ``likelihood``.
+    likelihood : :class:`~robustep.likelihoods.Likelihood` (Probit, StudentT, ...).
+    Z : (m, d) initial inducing inputs.
+    power : α in (0, 1] (Bui, Yan & Turner 2017): 1 = FITC-EP, → 0 the VFE.
+    batch_size : |B| (at most n).
+    n_epochs, max_steps : stop after this many epochs / steps (whichever first).
+    learning_rate : Adam's step, a float decayed as ``lr / sqrt(1 + t / (lr_decay_epochs
+        · steps per epoch))`` (``lr_decay_epochs=0``: constant), or a callable of the
+        step t.
+    damping : weight of the new site in each visit (constant schedule).  Per-point sites:
+        ``t_i ← t_i^{1−δ} t_i,new^δ``; tied sites: the average site moves by
+        ``ε = min(1, δ |B| / n)`` towards the minibatch average (SEP's 1/n per point
+        times δ; δ > 1 is allowed there and makes the tied site follow faster).
+    tied_sites : True: one average site (memory O(m²)); False: one site per point (O(n)).
+    learn_kernel, learn_likelihood, learn_inducing : which parameters take gradient steps
+        (all False: EP at fixed hyperparameters).
+    site_steps : site updates on each minibatch before its gradient step.
+    jitter : added to the diagonal of K_mm (a constant: it does not enter the gradient).
+    random_state : int or numpy Generator, for the minibatch order.
+    callback : called after every epoch as ``callback(result_so_far, record)``; returning
+        True stops the run.
+    max_time : seconds (callbacks included); the run stops after the first step that
+        passes it and records that partial epoch in ``history``.
+    keep_best : return the state after the epoch with the highest energy estimate instead
+        of the last one (the estimates are minibatch averages: noisy, and biased towards
+        early epochs while the sites lag behind the parameters).
+
+    Returns
+    -------
+    StochasticEPResult
+        The last state (or the best, ``keep_best``); ``history`` covers every epoch.
+    """
+    alpha = check_inducing_power(power)
+    if not isinstance(likelihood, Likelihood):
+        raise TypeError(f"likelihood must be a robustep Likelihood, got {type(likelihood)}")
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n, d), got shape {X.shape}")
+    y = likelihood.validate_targets(y)
+    Z = np.array(Z, dtype=float)
+    n, m = X.shape[0], Z.shape[0]
+    if y.shape != (n,) or Z.ndim != 2 or Z.shape[1] != X.shape[1]:
+        raise ValueError("y must have shape (n,) and Z shape (m, d) with X's d")
+    if not (np.isfinite(damping) and damping > 0 and (tied_sites or damping <= 1)):
+        raise ValueError(
+            f"damping must be in (0, 1] for per-point sites and > 0 for tied sites (the "
+            f"average site then moves by min(1, damping * batch_size / n)), got {damping!r}"
+        )
+    b_size = int(min(max(1, batch_size), n))
+    rng = np.random.default_rng(random_state)
+    steps_per_epoch = int(np.ceil(n / b_size))
+    lr_at = _schedule(learning_rate, lr_decay_epochs * steps_per_epoch)
+    learning = learn_kernel or learn_likelihood or learn_inducing
+
+    if tied_sites:
+        sites = _Sites(True, n, np.zeros((m, m)), np.zeros(m))
+    else:
+        sites = _Sites(False, n, np.zeros((m, m)), np.zeros(m), np.zeros(n), np.zeros(n))
+
+    p_k, p_l = kernel.theta.size, likelihood.get_log_params().size
+    x = np.concatenate([kernel.theta, likelihood.get_log_params(), Z.ravel()])
+    mask = np.concatenate(
+        [np.full(p_k, bool(learn_kernel)), np.full(p_l, bool(learn_likelihood)),
+         np.full(Z.size, bool(learn_inducing))]
+    )  # fmt: skip
+    adam = _Adam(x.size)
+
+    def unpack(x):
+        return (
+            kernel.clone_with_theta(x[:p_k]),
+            likelihood.with_log_params(x[p_k : p_k + p_l]) if p_l else likelihood,
+            x[p_k + p_l :].reshape(m, -1),
+        )
+
+    def snapshot(x, sites, history, t, stopped):
+        k, lik, Zc = unpack(x)
+        frame = _Frame(k, Zc, jitter)
+        q = _Gauss(frame, *sites.q_natural())
+        s = sites.copy()
+        return StochasticEPResult(
+            kernel=k, inducing_inputs=Zc, likelihood=lik, power=alpha, jitter=jitter,
+            mean=q.mean, cov=q.S,
+            site_precision=None if s.tied else s.beta, site_shift=None if s.tied else s.gamma,
+            history=list(history), n_steps=t, stopped=stopped, _sites=s,
+        )  # fmt: skip
+
+    t0 = time.perf_counter()
+    history, best, best_energy, t = [], None, -np.inf, 0
+    stopped = "n_epochs"
+    for epoch in range(int(n_epochs)):
+        cur_k, cur_lik, cur_Z = unpack(x)
+        frame = _Frame(cur_k, cur_Z, jitter)
+        if not tied_sites and learning and epoch > 0:
+            _refresh_sum(sites, frame, X)
+        energies, skipped = [], 0
+        order = rng.permutation(n)
+        for start in range(0, n, b_size):
+            idx = order[start : start + b_size]
+            for _ in range(site_steps):
+                skipped += _site_step(sites, frame, X, y, idx, cur_lik, alpha, damping)
+            if learning:
+                # the gradient at the minibatch's refreshed sites (E13)
+                E, g_t, g_l, g_Z = _energy_and_gradient(sites, frame, X, y, idx, cur_lik, alpha)
+                grad = np.concatenate([g_t, g_l, g_Z.ravel()]) * mask
+                if np.all(np.isfinite(grad)):
+                    x_new = adam.step(x, grad, lr_at(t))
+                    try:
+                        new_frame = _Frame(*unpack(x_new)[::2], jitter)
+                        _Gauss(new_frame, *sites.q_natural())
+                    except np.linalg.LinAlgError:
+                        pass  # the step made K_mm or q improper: skip it
+                    else:
+                        x = x_new
+                        cur_k, cur_lik, cur_Z = unpack(x)
+                        frame = new_frame
+                energies.append(E)
+            t += 1
+            if max_steps is not None and t >= max_steps:
+                stopped = "max_steps"
+                break
+            if max_time is not None and time.perf_counter() - t0 >= max_time:
+                stopped = "max_time"
+                break
+        if not learning:
+            energies.append(_energy_and_gradient(
+                sites, frame, X, y, idx, cur_lik, alpha, want_grad=False)[0])  # fmt: skip
+        record = {
+            "epoch": epoch + 1, "step": t, "energy": float(np.mean(energies)),
+            "time": time.perf_counter() - t0, "skipped": skipped,
+        }  # fmt: skip
+        history.append(record)
+        if keep_best and np.isfinite(record["energy"]) and record["energy"] > best_energy:
+            best_energy, best = record["energy"], (x.copy(), sites.copy(), t)
+        if callback is not None and callback(snapshot(x, sites, history, t, "running"), record):
+            stopped = "callback"
+            break
+        if stopped in ("max_steps", "max_time"):
+            break
+    if keep_best and best is not None:
+        x, sites, _ = best
+    return snapshot(x, sites, history, t, stopped)
