@@ -46,13 +46,13 @@ SEARCH_ADVICE = (
 
 
 def _numpy_kernel_gradient(kernel, X, options):
-    return kernel(X, eval_gradient=True)[1]
+    return kernel(X, eval_gradient=True)
 
 
 def _array_kernel_gradient(kernel, X, options):
     from robustep.kernels.array import kernel_matrix
 
-    return kernel_matrix(kernel, X, like=options["like"], eval_gradient=True)[1]
+    return kernel_matrix(kernel, X, like=options["like"], eval_gradient=True)
 
 
 def _numpy_latent(result, kernel, X_train, X, options):
@@ -80,8 +80,8 @@ def _array_ep_gradient(res, K_gradient, likelihood, y):
 
 @dataclass(frozen=True)
 class _Representation:
-    """A dense prior representation: its make_prior name and options, dK/dlog theta in
-    the same array library, the EP evidence gradient and the latent predictive."""
+    """A dense prior representation: its make_prior name and options, (K, dK/dlog theta)
+    in the same array library, the EP evidence gradient and the latent predictive."""
 
     name: str
     options: dict
@@ -115,9 +115,9 @@ class DenseBinaryCore(BinaryCore):
         self.kernel = kernel
         self.rep = rep
 
-    def prior(self, kernel):
-        """The prior of ``kernel`` at X in this core's representation."""
-        return make_prior(kernel, self.X, self.rep.name, **self.rep.options)
+    def prior(self, kernel, K=None):
+        """The prior of ``kernel`` at X in this core's representation (of ``K`` if given)."""
+        return make_prior(kernel, self.X, self.rep.name, K=K, **self.rep.options)
 
     def infer(self, prior, init=None):
         """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`)."""
@@ -134,14 +134,16 @@ class DenseBinaryCore(BinaryCore):
             # a warm start that is invalid for the new hyperparameters restarts from the
             # prior: an internal detail of the optimisation, not a problem of the user's
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            prior = self.prior(kernel)
+            K = K_gradient = None
+            if eval_gradient:  # K and dK from one kernel evaluation
+                K, K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
+            prior = self.prior(kernel, K)
             res = self.infer(prior, init=init)
             value = log_evidence(res)
             if search and not (np.isfinite(value) and is_search_evidence(res)):
                 raise EvaluationFailed
             grad = None
             if eval_gradient:
-                K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
                 grad = np.asarray(self.gradient(res, K_gradient), dtype=float)
         return value, grad, res, prior
 

@@ -7,10 +7,13 @@ it builds; :func:`register_prior` adds a representation.  Registered here:
 =========================== ================================================================
 ``"dense"``                 :class:`DensePrior` of ``K = kernel(X)`` (n, n).  Options:
                             ``check`` (False: K from a kernel is PSD by construction, so
-                            only its finiteness is tested, O(n^2), as the estimators do).
+                            only its finiteness is tested, O(n^2), as the estimators do);
+                            ``K``: K itself when the caller has it already (e.g. from
+                            ``kernel(X, eval_gradient=True)``), so it is not built twice.
 ``"array"``                 :class:`ArrayPrior` of K built in an array-API library.  Option
                             ``like`` (required): an array whose namespace, dtype and device
-                            K takes (:func:`robustep.kernels.array.kernel_matrix`).
+                            K takes (:func:`robustep.kernels.array.kernel_matrix`); ``K``
+                            as for ``"dense"``.
 ``"fitc"``                  :class:`FITCPrior` ``FITCPrior.from_kernel(kernel, X, Z)``.
                             Options: ``inducing_inputs`` Z (m, d) (required); ``jitter``
                             (absolute, on K_mm) or ``relative_jitter`` (times the mean
@@ -93,17 +96,19 @@ def make_prior(kernel, X, representation="dense", **options) -> GaussianPrior:
 
 
 # ------------------------------------------------------------------------ the builders
-def _dense(kernel, X, *, check=False):
-    K = np.asarray(kernel(np.asarray(X, dtype=float)), dtype=float)
+def _dense(kernel, X, *, check=False, K=None):
+    if K is None:
+        K = kernel(np.asarray(X, dtype=float))
+    K = np.asarray(K, dtype=float)
     if not check and not np.isfinite(K).all():
         raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
     return DensePrior(K, check=check)
 
 
-def _array(kernel, X, *, like):
+def _array(kernel, X, *, like, K=None):
     from robustep.kernels.array import kernel_matrix
 
-    return ArrayPrior(kernel_matrix(kernel, X, like=like), check=False)
+    return ArrayPrior(kernel_matrix(kernel, X, like=like) if K is None else K, check=False)
 
 
 def _fitc_jitter(kernel, Z, jitter, relative_jitter):
