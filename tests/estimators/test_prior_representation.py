@@ -1,12 +1,13 @@
-"""GPClassifier(prior="diagonal_plus_low_rank"): a registered prior representation chosen by
-name in an estimator.
+"""GPClassifier and GPRegressor(prior="diagonal_plus_low_rank"): a registered prior
+representation chosen by name in an estimator.
 
 The low-rank prior is read off a kernel whose covariance is diagonal plus low rank
 (robustep.posterior.low_rank.kernel_structure); its d, U and their derivatives equal the
-kernel's K and dK; the classifier fitted with method="auto" and the evidence search gives
-the same kernel, evidence and probabilities as the dense prior of the same kernel; its
-evidence gradient (the chain rule through d and U) equals finite differences; kernels and
-settings it cannot serve raise a ValueError that says what works.
+kernel's K and dK; the classifier (and the regressor) fitted with method="auto" and the
+evidence search gives the same kernel, evidence and predictions as the dense prior of the
+same kernel; its evidence gradient (the chain rule through d and U) equals finite
+differences and the dense one; kernels and settings it cannot serve raise a ValueError
+that says what works.
 """
 
 import numpy as np
@@ -14,7 +15,8 @@ import pytest
 from sklearn.gaussian_process.kernels import RBF, DotProduct, WhiteKernel
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 
-from robustep.estimators import GPClassifier
+from robustep.estimators import GPClassifier, GPRegressor
+from robustep.estimators._regressor_inference import InferenceCore
 from robustep.posterior import DiagonalPlusLowRankPrior, make_prior
 from robustep.posterior.low_rank import kernel_structure
 
@@ -147,3 +149,70 @@ def test_multinomial_refuses_the_representation():
     clf = GPClassifier(kernel=WhiteKernel() + DotProduct(), prior="diagonal_plus_low_rank")
     with pytest.raises(ValueError, match="one_vs_rest"):
         clf.fit(X, y)
+
+
+# ---------------------------------------------------------------------------- regressor
+def _regression_data(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    return X, X[:, 0] - 0.5 * X[:, 1] + 0.3 * rng.standard_t(3, size=n)
+
+
+@pytest.mark.parametrize("method", ["auto", "fractional"])
+def test_regressor_fit_equals_dense(method):
+    X, y = _regression_data()
+    X_test = np.random.default_rng(5).normal(size=(25, 2))
+    kernel = WhiteKernel(0.05, "fixed") + C(1.0) * DotProduct(1.0)
+    fits = {
+        prior: GPRegressor(kernel=kernel, prior=prior, method=method).fit(X, y)
+        for prior in ("dense", "diagonal_plus_low_rank")
+    }
+    dense, low_rank = fits["dense"], fits["diagonal_plus_low_rank"]
+    assert low_rank.optimizer_result_.moved
+    assert isinstance(low_rank._fit.components[0].res.posterior.prior, DiagonalPlusLowRankPrior)
+    np.testing.assert_allclose(low_rank.kernel_.theta, dense.kernel_.theta, atol=1e-6)
+    assert low_rank.likelihood_.scale == pytest.approx(dense.likelihood_.scale, abs=1e-6)
+    assert low_rank.log_marginal_likelihood_value_ == pytest.approx(
+        dense.log_marginal_likelihood_value_, abs=1e-6
+    )
+    for a, b in zip(
+        low_rank.predict(X_test, return_std=True),
+        dense.predict(X_test, return_std=True),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_regressor_evidence_gradient_equals_dense():
+    X, y = _regression_data()
+    kernel = C(0.8) * DotProduct(0.5) + WhiteKernel(0.2)
+    fit = GPRegressor(kernel=kernel, optimizer=None).fit(X, y)
+    res = fit._fit.components[0].res
+    core_dense = InferenceCore("auto", 0.5, fit._y)
+    core_low_rank = InferenceCore("auto", 0.5, fit._y, prior="diagonal_plus_low_rank")
+    prior, structure = core_low_rank.structured_prior(fit.kernel_, X)
+    sites = (res.site_precision, res.site_shift)
+    low = core_low_rank.infer(prior, fit.likelihood_, warm=sites, tol=1e-10)
+    dense = core_dense.infer(fit.kernel_(X), fit.likelihood_, warm=sites, tol=1e-10)
+    gk, gl = core_low_rank.gradient(low, structure, fit.likelihood_)
+    gk_dense, gl_dense = core_dense.gradient(dense, fit.kernel_(X, eval_gradient=True)[1],
+                                             fit.likelihood_)  # fmt: skip
+    np.testing.assert_allclose(gk, gk_dense, rtol=1e-6, atol=1e-8)
+    assert gl.keys() == gl_dense.keys()
+    for name in gl:
+        assert gl[name] == pytest.approx(gl_dense[name], rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(method="laplace"), "EP methods"),
+        (dict(inducing_points=5), "inducing_points=None"),
+        (dict(kernel=RBF()), "Supported: sums of WhiteKernel"),
+    ],
+)
+def test_regressor_settings_it_cannot_serve_raise(kwargs, match):
+    X, y = _regression_data(30)
+    kwargs = {"kernel": WhiteKernel() + DotProduct(), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        GPRegressor(prior="diagonal_plus_low_rank", **kwargs).fit(X, y)
