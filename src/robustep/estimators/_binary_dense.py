@@ -2,12 +2,14 @@
 
 :func:`fit_dense` returns a :class:`robustep.estimators._binary.BinaryFit`.  The prior
 is built by :func:`robustep.posterior.factory.make_prior` in one representation chosen
-once per fit: ``"dense"`` (a DensePrior of K in numpy) or ``"array"`` (an ArrayPrior of
-K on ``device``, estimators/_device.py).  With an optimizer the kernel's log
-hyperparameters maximise the approximate evidence by the one evidence search
-(estimators/_search.py) with its analytic gradient: EP's explicit gradient (Seeger 2005;
-:func:`robustep.ep.log_Z_gradient`) or Laplace's (R&W eq. 5.23).  Each evaluation
-warm-starts from the previous one's state, and the fit is the best evaluation itself.
+once per fit: ``"dense"`` (a DensePrior of K in numpy), ``"array"`` (an ArrayPrior of
+K on ``device``, estimators/_device.py) or, with GPClassifier(prior=
+"diagonal_plus_low_rank"), a DiagonalPlusLowRankPrior read off the kernel.  With an
+optimizer the kernel's log hyperparameters maximise the approximate evidence by the one
+evidence search (estimators/_search.py) with its analytic gradient: EP's explicit
+gradient (Seeger 2005; :func:`robustep.ep.log_Z_gradient`) or Laplace's (R&W eq. 5.23).
+Each evaluation warm-starts from the previous one's state, and the fit is the best
+evaluation itself.
 """
 
 from __future__ import annotations
@@ -78,10 +80,27 @@ def _array_ep_gradient(res, K_gradient, likelihood, y):
     return res.posterior.kernel_gradient_contraction(K_gradient)
 
 
+def _low_rank_kernel_gradient(kernel, X, options):
+    from robustep.posterior.low_rank import kernel_structure
+
+    # the prior is rebuilt from the kernel (O(n r)); the "gradient" is d and U's derivatives
+    _, _, dd, dU = kernel_structure(kernel, X, eval_gradient=True)
+    return None, (dd, dU)
+
+
+def _low_rank_ep_gradient(res, structure_gradient, likelihood, y):
+    from robustep.posterior.low_rank import structure_evidence_gradient
+
+    return structure_evidence_gradient(res.posterior, *structure_gradient)
+
+
 @dataclass(frozen=True)
 class _Representation:
-    """A dense prior representation: its make_prior name and options, (K, dK/dlog theta)
-    in the same array library, the EP evidence gradient and the latent predictive."""
+    """A prior representation of the dense core: its make_prior name and options,
+    ``kernel_gradient(kernel, X, options) -> (K or None, gradient)`` (K handed to make_prior
+    when not None; the gradient in the layout ``ep_gradient`` takes), the EP evidence
+    gradient ``ep_gradient(result, gradient, likelihood, y) -> (p,)`` and the latent
+    predictive ``latent(result, kernel, X_train, X, options) -> (mean, var)``."""
 
     name: str
     options: dict
@@ -90,8 +109,25 @@ class _Representation:
     latent: object
 
 
-def representation(like=None) -> _Representation:
-    """``"dense"`` (numpy) for ``like=None``, else ``"array"`` on ``like``'s device."""
+#: the representations a user can pick with GPClassifier(prior=...), beside "dense"
+PRIORS = ("dense", "diagonal_plus_low_rank")
+
+
+def representation(like=None, prior="dense", method="auto") -> _Representation:
+    """The representation of GPClassifier's ``prior`` (:data:`PRIORS`): for ``"dense"``,
+    ``"dense"`` (numpy) with ``like=None``, else ``"array"`` on ``like``'s device;
+    ``"diagonal_plus_low_rank"``: K = diag(d) + U U^T read off the kernel
+    (posterior/low_rank.py), numpy, EP methods, evidence gradient O(n r^2 + n r p)."""
+    if prior == "diagonal_plus_low_rank":
+        if like is not None or method == "laplace":
+            raise ValueError(
+                "prior='diagonal_plus_low_rank' runs the EP methods in numpy: use device=None "
+                "and a method other than 'laplace', or prior='dense'"
+            )
+        return _Representation("diagonal_plus_low_rank", {}, _low_rank_kernel_gradient,
+                               _low_rank_ep_gradient, _numpy_latent)  # fmt: skip
+    if prior != "dense":
+        raise ValueError(f"unknown prior {prior!r}; one of {', '.join(PRIORS)}")
     if like is None:
         return _Representation("dense", {}, _numpy_kernel_gradient, _numpy_ep_gradient,
                                _numpy_latent)  # fmt: skip
@@ -117,7 +153,8 @@ class DenseBinaryCore(BinaryCore):
 
     def prior(self, kernel, K=None):
         """The prior of ``kernel`` at X in this core's representation (of ``K`` if given)."""
-        return make_prior(kernel, self.X, self.rep.name, K=K, **self.rep.options)
+        options = self.rep.options if K is None else {**self.rep.options, "K": K}
+        return make_prior(kernel, self.X, self.rep.name, **options)
 
     def infer(self, prior, init=None):
         """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`)."""
@@ -226,10 +263,11 @@ def fit_dense(params, X, y, likelihood, kernel, like=None):
     params : the classifier's parameters; X : (n, d) float inputs; y : (n,) labels ±1;
     likelihood : the likelihood object; kernel : the starting kernel (a clone);
     like : None (numpy) or the template array of ``device`` (estimators/_device.py).
+    ``params.prior`` picks the representation (:func:`representation`).
     """
     from robustep._config import blas_thread_limit
 
-    rep = representation(like)
+    rep = representation(like, getattr(params, "prior", "dense"), params.method)
     core = DenseBinaryCore(params, X, y, likelihood, kernel, rep)
     search, res, prior = None, None, None
     # BLAS threads as robustep.config(blas_threads=...) says (one thread for n <= 2000

@@ -78,7 +78,10 @@ class SearchSettings:
 
 def final(core, kernel, likelihood, X, like=None, warm=None):
     """The final inference at fixed hyperparameters (the final fit's budget and tol)."""
-    K = kernel(X) if like is None else _device.prior(kernel, X, like)[0]
+    if core.prior != "dense":
+        K = core.structured_prior(kernel, X, eval_gradient=False)[0]
+    else:
+        K = kernel(X) if like is None else _device.prior(kernel, X, like)[0]
     res = core.infer(K, likelihood, warm=warm_of(warm), max_iter=get_config().final_max_iter)
     return Component(kernel, likelihood, res)
 

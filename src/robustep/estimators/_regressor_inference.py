@@ -136,13 +136,25 @@ class InferenceCore:
 
     method : one of :data:`METHODS`; power : fractional EP's eta (``"fractional"``);
     y : (n,) standardised targets; device : None or a PyTorch device string (the kernel
-    part of the EP gradient is computed there).
+    part of the EP gradient is computed there); prior : ``"dense"`` (K as an (n, n)
+    array) or ``"diagonal_plus_low_rank"`` (K = diag(d) + U U^T read off the kernel,
+    EP methods: :meth:`structured_prior`).
     """
 
     method: str
     power: float
     y: np.ndarray
     device: str | None = None
+    prior: str = "dense"
+
+    def structured_prior(self, kernel, X, eval_gradient=True):
+        """The ``"diagonal_plus_low_rank"`` prior of ``kernel`` at X (n, d) and, with
+        ``eval_gradient``, the derivatives (dd (n, p), dU (n, r, p)) of d and U w.r.t.
+        ``kernel.theta`` that :meth:`gradient` takes in place of dK."""
+        from robustep.posterior.low_rank import DiagonalPlusLowRankPrior, kernel_structure
+
+        d, U, *gradient = kernel_structure(kernel, X, eval_gradient=eval_gradient)
+        return DiagonalPlusLowRankPrior(d, U), (tuple(gradient) if eval_gradient else None)
 
     def observation_likelihood(self, likelihood):
         """The noise model of a new observation: Gaussian N(0, sigma^2) for ``"gaussian"``."""
@@ -216,7 +228,13 @@ class InferenceCore:
         if m in EP_METHODS:
             from robustep.ep import log_Z_gradient
 
-            if self.device is not None:  # kernel part on the device, the likelihood's in numpy
+            if self.prior == "diagonal_plus_low_rank":  # chain rule through d and U
+                from robustep.ep.evidence import likelihood_gradient
+                from robustep.posterior.low_rank import structure_evidence_gradient
+
+                gk = structure_evidence_gradient(res.posterior, *K_gradient)
+                gl = likelihood_gradient(res, likelihood, y)
+            elif self.device is not None:  # kernel part on the device, the likelihood's in numpy
                 from robustep.ep.evidence import likelihood_gradient
 
                 gk = _device.ep_gradient(res, K_gradient)

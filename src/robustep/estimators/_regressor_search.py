@@ -175,7 +175,12 @@ def optimise(core, kernel, space, X, rng, *, optimizer, n_restarts, warm=None, l
     p = kernel.theta.size
     # K and a lazy dK/dlog theta operator (ConstantKernel * RBF), else scikit-learn's
     # kernel call and its dense gradient (robustep/kernels/gradient.py)
-    if like is None:
+    if core.prior != "dense":  # (the structured prior, its gradient layout)
+
+        def kernel_and_gradient(theta):
+            return core.structured_prior(kernel.clone_with_theta(theta), X)
+
+    elif like is None:
         kernel_and_gradient = KernelWithGradient(kernel, X)
     else:  # (ArrayPrior of K, [dK_j]) on the device
 

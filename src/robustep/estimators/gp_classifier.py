@@ -136,6 +136,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         multinomial core runs in numpy.  See docs/architecture.md, "Array backends".
     dtype : {"float64", "float32"}
         Floating-point type on ``device`` (ignored with ``device=None``).
+    prior : {"dense", "diagonal_plus_low_rank"}, default "dense"
+        How the dense model holds its prior covariance K = kernel(X) (the same model, the
+        same numbers).  "dense": the n x n matrix, O(n^3) per EP iteration.
+        "diagonal_plus_low_rank": K = diag(d) + U U^T read off a kernel whose covariance
+        has that form (WhiteKernel plus DotProduct or ConstantKernel terms, each optionally
+        times a ConstantKernel, e.g. ``WhiteKernel() + DotProduct()``: d = noise level,
+        U = [sigma_0 1, X]), with O(n r^2) posteriors and evidence gradients
+        (robustep.posterior.low_rank); a ValueError names the supported kernels for any
+        other.  EP methods in numpy, binary or one-vs-rest, without ``inducing_points``.
+        See docs/architecture.md, "How to add a prior representation".
     inducing_points : None, int or array of shape (m, n_features)
         None: the dense model.  An int m: a sparse FITC model (docs/derivations/sparse.md)
         with m inducing inputs at k-means centres of X (``MiniBatchKMeans`` seeded by
@@ -241,6 +251,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "multi_class_kernel": [StrOptions({"shared", "per_class"})],
         "device": [str, None],
         "dtype": [StrOptions({"float64", "float32"})],
+        "prior": [StrOptions({"dense", "diagonal_plus_low_rank"})],
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
         "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
@@ -267,6 +278,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         multi_class_kernel="shared",
         device=None,
         dtype="float64",
+        prior="dense",
         inducing_points=None,
         optimize_inducing=True,
         inducing_power=1.0,
@@ -289,6 +301,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.multi_class_kernel = multi_class_kernel
         self.device = device
         self.dtype = dtype
+        self.prior = prior
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
         self.inducing_power = inducing_power
@@ -322,7 +335,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.inducing_power != 1 and self.inducing_points is None:
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
                              "or inducing_power=1 for the dense model")  # fmt: skip
+        if self.prior != "dense" and self.inducing_points is not None:
+            raise ValueError(f"prior={self.prior!r} is a dense-model representation: pass "
+                             "inducing_points=None, or prior='dense'")  # fmt: skip
         if labels is None and _multiclass.n_distinct_classes(y) > 2:
+            if self.prior != "dense" and self.multi_class != "one_vs_rest":
+                raise ValueError(f"prior={self.prior!r} is binary only; with more than two "
+                                 "classes pass multi_class='one_vs_rest'")  # fmt: skip
             if self.inducing_power != 1 and self.multi_class != "one_vs_rest":
                 raise ValueError("inducing_power < 1 is binary only; with more than two "
                                  "classes pass multi_class='one_vs_rest'")  # fmt: skip

@@ -32,6 +32,7 @@ from robustep.estimators._regressor_fit import SearchSettings, fit_dense, fit_fv
 from robustep.estimators._regressor_grid import fit_df_grid, resolve_df_grid
 from robustep.estimators._regressor_inference import (
     DEVICE_METHODS,
+    EP_METHODS,
     LOO_METHODS,
     METHODS,
     InferenceCore,
@@ -116,6 +117,15 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         likelihood.
     power : float in (0, 1]
         Fractional EP power eta (``method="fractional"``).
+    prior : {"dense", "diagonal_plus_low_rank"}, default "dense"
+        How the dense model holds its prior covariance K = kernel(X) (the same model, the
+        same numbers).  "dense": the n x n matrix.  "diagonal_plus_low_rank": K = diag(d) +
+        U U^T read off a kernel whose covariance has that form (WhiteKernel plus DotProduct
+        or ConstantKernel terms, each optionally times a ConstantKernel, e.g.
+        ``WhiteKernel() + DotProduct()``), with O(n r^2) posteriors and evidence
+        gradients (robustep.posterior.low_rank); a ValueError names the supported kernels
+        for any other.  Methods "auto", "ep" and "fractional", in numpy, without
+        ``inducing_points``.
     df_grid : None, True or array of nu values
         EP3 (StudentT likelihood only): nu fixed at each value, the other
         hyperparameters optimised for each, the predictions mixed (§6.2).
@@ -161,6 +171,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
         "device": [str, None],
         "dtype": [StrOptions({"float64", "float32"})],
+        "prior": [StrOptions({"dense", "diagonal_plus_low_rank"})],
     }
 
     def __init__(
@@ -185,6 +196,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         n_samples=2000,
         mcmc_hyper_every=1,
         mcmc_hyper_sampler="slice",
+        prior="dense",
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -205,6 +217,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.n_samples = n_samples
         self.mcmc_hyper_every = mcmc_hyper_every
         self.mcmc_hyper_sampler = mcmc_hyper_sampler
+        self.prior = prior
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -288,7 +301,15 @@ class GPRegressor(RegressorMixin, BaseEstimator):
                              "or inducing_power=1 for the dense model")  # fmt: skip
         if "df" in bounds and (self.method == "gaussian" or grid_on):
             bounds["df"] = "fixed"  # no df in the Gaussian reference; EP3 fixes it per value
-        core = InferenceCore(self.method, float(self.power), self._y, self.device)
+        if self.prior != "dense" and (
+            self.method not in EP_METHODS
+            or self.device is not None
+            or self.inducing_points is not None
+        ):
+            raise ValueError(f"prior={self.prior!r} runs the EP methods ('auto', 'ep', "
+                             "'fractional') of the dense model in numpy: pass device=None "
+                             "and inducing_points=None, or prior='dense'")  # fmt: skip
+        core = InferenceCore(self.method, float(self.power), self._y, self.device, self.prior)
         space = LikelihoodSpace.of(lik, bounds, searched=self.optimizer is not None)
         settings = SearchSettings(self.optimizer, int(self.n_restarts_optimizer), like)
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py

@@ -23,9 +23,14 @@ it builds; :func:`register_prior` adds a representation.  Registered here:
 ``"dask"``                  :class:`robustep.posterior._dask.DaskFITCPrior` for a
                             ``dask.array`` X; options as ``"fitc"`` but ``pseudo_point``.
 ``"diagonal_plus_low_rank"`` :class:`DiagonalPlusLowRankPrior` K = diag(d) + U U^T.
-                            Options: ``diagonal`` d (n,) and ``factor`` U (n, r) (kernel
-                            and X None), or ``inducing_inputs`` Z with the kernel: U = V
-                            and d = Λ + ``nugget`` of the FITC prior at Z.
+                            Without options: K = kernel(X) read off a kernel whose
+                            covariance is diagonal plus low rank (WhiteKernel plus
+                            DotProduct or ConstantKernel terms, optionally scaled by a
+                            ConstantKernel; :func:`~robustep.posterior.low_rank.kernel_structure`;
+                            a ValueError for any other kernel).  Options: ``diagonal`` d
+                            (n,) and ``factor`` U (n, r) (kernel and X None), or
+                            ``inducing_inputs`` Z with the kernel: U = V and d = Λ +
+                            ``nugget`` of the FITC prior at Z.
 =========================== ================================================================
 """
 
@@ -36,7 +41,7 @@ import numpy as np
 from robustep.posterior.backend import ArrayPrior
 from robustep.posterior.base import GaussianPrior
 from robustep.posterior.dense import DensePrior
-from robustep.posterior.low_rank import DiagonalPlusLowRankPrior
+from robustep.posterior.low_rank import DiagonalPlusLowRankPrior, kernel_structure
 from robustep.posterior.sparse import FITCPrior
 
 _BUILDERS = {}
@@ -137,8 +142,13 @@ def _diagonal_plus_low_rank(
     kernel, X, *, diagonal=None, factor=None, inducing_inputs=None, jitter=None, nugget=0.0
 ):
     if inducing_inputs is None:
+        if diagonal is None and factor is None and kernel is not None:
+            return DiagonalPlusLowRankPrior(*kernel_structure(kernel, X))
         if diagonal is None or factor is None:
-            raise ValueError("pass diagonal and factor, or inducing_inputs with a kernel")
+            raise ValueError(
+                "pass a kernel whose covariance is diagonal plus low rank, diagonal and "
+                "factor, or inducing_inputs with a kernel"
+            )
         return DiagonalPlusLowRankPrior(diagonal, factor)
     fitc = FITCPrior.from_kernel(kernel, X, inducing_inputs, jitter=jitter)
     return DiagonalPlusLowRankPrior(fitc.Lambda + nugget, fitc.V)

@@ -224,3 +224,117 @@ class DiagonalPlusLowRankSitePosterior(SitePosterior):
         Kt = K_cross.T
         var = np.asarray(k_diag, dtype=float) - np.einsum("ij,ij->j", Kt, self._R_times(Kt))
         return mean, np.maximum(var, 0.0)
+
+
+# ------------------------------------------------------------ from a kernel's structure
+#: the kernels whose covariance on the training inputs is diagonal plus low rank
+SUPPORTED_KERNELS = (
+    "sums of WhiteKernel, DotProduct and ConstantKernel terms, each optionally times a "
+    "ConstantKernel (e.g. WhiteKernel() + DotProduct(), or "
+    "ConstantKernel() * DotProduct() + WhiteKernel()), with at least one WhiteKernel"
+)
+
+
+def kernel_structure(kernel, X, eval_gradient=False):
+    """d (n,) and U (n, r) with ``kernel(X) = diag(d) + U U^T``, read off the kernel's terms.
+
+    A WhiteKernel(s) gives d = s 1; a DotProduct(sigma_0) gives U = [sigma_0 1, X] (its
+    covariance sigma_0^2 + X X^T); a ConstantKernel c gives U = sqrt(c) 1; a product with a
+    ConstantKernel c scales d by c and U by sqrt(c); a sum adds the d's and stacks the U's.
+
+    Parameters
+    ----------
+    kernel : a scikit-learn kernel of :data:`SUPPORTED_KERNELS`.
+    X : (n, k) inputs.
+    eval_gradient : also return the derivatives w.r.t. the kernel's log hyperparameters
+        ``kernel.theta`` (p,) (the non-fixed ones, in scikit-learn's order).
+
+    Returns
+    -------
+    d : (n,); U : (n, r); with ``eval_gradient`` also dd : (n, p) and dU : (n, r, p).
+
+    Raises
+    ------
+    ValueError
+        for another kernel, or when some d_i is not positive (no WhiteKernel term).
+    """
+    X = np.asarray(X, dtype=float)
+    d, U, dd, dU = _structure(kernel, X)
+    if U.shape[1] == 0 or not np.all(d > 0):
+        raise ValueError(
+            "the diagonal-plus-low-rank prior needs a positive diagonal and a low-rank part: "
+            f"a WhiteKernel term and a DotProduct or ConstantKernel term; got {kernel!r}. "
+            f"Supported: {SUPPORTED_KERNELS}"
+        )
+    return (d, U, dd, dU) if eval_gradient else (d, U)
+
+
+def _structure(kernel, X):
+    """(d, U, dd, dU) of ``kernel`` at X, gradients w.r.t. ``kernel.theta``."""
+    from sklearn.gaussian_process.kernels import (
+        ConstantKernel,
+        DotProduct,
+        Product,
+        Sum,
+        WhiteKernel,
+    )
+
+    n = X.shape[0]
+    ones = np.ones((n, 1))
+    if isinstance(kernel, WhiteKernel):
+        s = float(kernel.noise_level)
+        dd = np.full((n, 1), s)[:, : 0 if kernel.hyperparameter_noise_level.fixed else 1]
+        return np.full(n, s), np.zeros((n, 0)), dd, np.zeros((n, 0, dd.shape[1]))
+    if isinstance(kernel, DotProduct):
+        s = float(kernel.sigma_0)
+        U = np.hstack([s * ones, X])
+        dU = np.zeros(U.shape + (1,))
+        dU[:, 0, 0] = s  # d(sigma_0) / d log sigma_0
+        p = 0 if kernel.hyperparameter_sigma_0.fixed else 1
+        return np.zeros(n), U, np.zeros((n, p)), dU[:, :, :p]
+    if isinstance(kernel, ConstantKernel):
+        s = np.sqrt(float(kernel.constant_value))
+        p = 0 if kernel.hyperparameter_constant_value.fixed else 1
+        return np.zeros(n), s * ones, np.zeros((n, p)), np.full((n, 1, p), 0.5 * s)
+    if isinstance(kernel, Sum):
+        d1, U1, dd1, dU1 = _structure(kernel.k1, X)
+        d2, U2, dd2, dU2 = _structure(kernel.k2, X)
+        r1, r2, p1, p2 = U1.shape[1], U2.shape[1], dd1.shape[1], dd2.shape[1]
+        dU = np.zeros((n, r1 + r2, p1 + p2))
+        dU[:, :r1, :p1] = dU1
+        dU[:, r1:, p1:] = dU2
+        return d1 + d2, np.hstack([U1, U2]), np.hstack([dd1, dd2]), dU
+    if isinstance(kernel, Product):
+        scale_first = isinstance(kernel.k1, ConstantKernel)
+        if scale_first or isinstance(kernel.k2, ConstantKernel):
+            c = kernel.k1 if scale_first else kernel.k2
+            d, U, dd, dU = _structure(kernel.k2 if scale_first else kernel.k1, X)
+            value = float(c.constant_value)
+            s = np.sqrt(value)
+            # d (c d) / d log c = c d;  d (sqrt(c) U) / d log c = sqrt(c) U / 2
+            dd_c = (value * d)[:, None][:, : 0 if c.hyperparameter_constant_value.fixed else 1]
+            dU_c = (0.5 * s * U)[:, :, None][:, :, : dd_c.shape[1]]
+            dd, dU = value * dd, s * dU
+            parts_dd = [dd_c, dd] if scale_first else [dd, dd_c]
+            parts_dU = [dU_c, dU] if scale_first else [dU, dU_c]
+            return value * d, s * U, np.hstack(parts_dd), np.concatenate(parts_dU, axis=2)
+    raise ValueError(
+        f"the diagonal-plus-low-rank prior cannot represent {kernel!r}. "
+        f"Supported: {SUPPORTED_KERNELS}"
+    )
+
+
+def structure_evidence_gradient(posterior, dd, dU):
+    """d log Z / d theta (p,) by the chain rule through d and U, O(n r^2 + n r p).
+
+    ``sum_i (d log Z / d d_i) dd_ik + sum_ij (d log Z / d U_ij) dU_ijk`` with the prior's
+    part of :meth:`DiagonalPlusLowRankSitePosterior.structure_gradient` (exact at an EP
+    fixed point, as the dense ``kernel_gradient_contraction``).
+
+    Parameters
+    ----------
+    posterior : :class:`DiagonalPlusLowRankSitePosterior`.
+    dd : (n, p); dU : (n, r, p) from :func:`kernel_structure`.
+    """
+    grad_d, grad_U = posterior.structure_gradient()
+    return grad_d @ dd + np.einsum("ij,ijk->k", grad_U, dU)
