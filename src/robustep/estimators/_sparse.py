@@ -66,10 +66,18 @@ def is_dask_input(X) -> bool:
 
 
 def validate_dask(est, X, y, *, classifier=False):
-    """Validate Dask training data for ``est.fit``; returns (X (dask), y (numpy)).
+    """Validate Dask training data for ``est.fit``; returns (X, y, n_features).
 
     X must be a 2-D dask array chunked by rows, y a 1-D array (numpy or dask chunked like
-    X's rows); both finite.  Sets ``n_features_in_``.  Dask inputs need the sparse model.
+    X's rows); both finite.  Dask inputs need the sparse model (``est.inducing_points`` set).
+    ``est`` is only read; the caller stores ``n_features`` as its ``n_features_in_``.
+
+    Returns
+    -------
+    X : dask array, shape (n_samples, n_features)
+    y : ndarray, shape (n_samples,)
+        Computed into memory; float for regression, as given for classification.
+    n_features : int
     """
     if est.inducing_points is None:
         raise ValueError(
@@ -93,8 +101,7 @@ def validate_dask(est, X, y, *, classifier=False):
             raise ValueError("y contains NaN or inf; remove those rows before fit")
     if X.shape[0] < 1:
         raise ValueError("X is empty: pass at least one sample")
-    est.n_features_in_ = int(X.shape[1])
-    return X, y
+    return X, y, int(X.shape[1])
 
 
 def check_inducing_gradient(est, kernel):

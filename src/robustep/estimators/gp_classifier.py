@@ -311,7 +311,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
         if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
-            X, y = _sparse.validate_dask(self, X, y, classifier=True)
+            X, y, self.n_features_in_ = _sparse.validate_dask(self, X, y, classifier=True)
         else:
             X, y = _validate(self, X, y, reset=True)
         like = None
