@@ -160,7 +160,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         FITC prior; α < 1 needs method "auto", "ep" or "damped", in-memory X, and with
         more than two classes ``multi_class="one_vs_rest"``.  ``site_precision_`` /
         ``site_shift_`` are then the effective factors of f_i whose removal gives the
-        leave-one-out cavity (``robustep.ep.sparse_power.PseudoPointEPResult.latent_view``).
+        leave-one-out cavity (``robustep.ep.pseudo_point.PseudoPointEPResult.latent_view``).
     multi_class : {"auto", "multinomial", "one_vs_rest"}
         Used only when y has more than two classes (two classes: the binary model above,
         whatever this says).  "multinomial": one latent GP per class (sharing ``kernel``)
