@@ -19,11 +19,8 @@ import robustep
 
 ROOT = Path(robustep.__file__).resolve().parent
 
-#: groups of modules that still import each other (lazy imports inside functions):
-#: the experiments package with its registry and runner
-KNOWN_CYCLES = [
-    {"robustep.experiments", "robustep.experiments.base", "robustep.experiments.runner"},
-]
+#: groups of modules that still import each other (lazy imports inside functions count too)
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def _module_name(path):

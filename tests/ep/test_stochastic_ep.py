@@ -9,7 +9,7 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
 
-from robustep.ep.sparse_power import pseudo_point_log_Z_gradient, pseudo_point_power_ep
+from robustep.ep.pseudo_point import pseudo_point_log_Z_gradient, pseudo_point_power_ep
 from robustep.ep.stochastic import fit_stochastic_ep, stochastic_ep_energy
 from robustep.likelihoods import Probit, StudentT
 from robustep.posterior.sparse import FITCPrior

@@ -22,9 +22,9 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.metrics import log_loss
 
 from robustep._config import blas_thread_limit
-from robustep.ep import multiclass_general
+from robustep.ep import multiclass_label_noise
 from robustep.ep.multiclass import nested_ep
-from robustep.ep.multiclass_general import general_posterior, robust_nested_ep
+from robustep.ep.multiclass_label_noise import general_posterior, robust_nested_ep
 from robustep.estimators import GPClassifier
 from robustep.likelihoods.multinomial_probit import MultinomialProbit, site_natural_parameters
 from robustep.likelihoods.noisy_multinomial_probit import (
@@ -272,7 +272,7 @@ def test_zero_label_noise_is_nested_ep_bit_for_bit(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("label_noise=0 must not use the general-site path")
 
-    monkeypatch.setattr(multiclass_general, "robust_nested_ep", forbidden)
+    monkeypatch.setattr(multiclass_label_noise, "robust_nested_ep", forbidden)
     clf.fit(X, y)
     # the same BLAS thread limit as the fit: OpenBLAS's summation order depends on it
     with blas_thread_limit(len(y)):
@@ -327,7 +327,7 @@ def test_auto_with_label_noise_is_the_robust_multinomial():
     clf = GPClassifier(ConstantKernel(2.0) * RBF(1.0), optimizer=None, label_noise=0.1).fit(X, y)
     assert clf.multi_class_ == "multinomial" and clf.converged_
     assert clf._state.core.label_noise == 0.1
-    assert isinstance(clf._state.core.result, multiclass_general.RobustMulticlassEPResult)
+    assert isinstance(clf._state.core.result, multiclass_label_noise.RobustMulticlassEPResult)
 
 
 def test_warm_start_and_invalid_init():

@@ -537,13 +537,13 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
     """The sparse search has the dense search's run policy: a start's first (cold)
     evaluation runs the whole chain, every later one is a warm-started search run with
     the search's sweep and factorisation budget and no double loop."""
-    import robustep.ep.sparse_power as sparse_power
+    import robustep.ep.pseudo_point as pseudo_point
     from robustep.estimators import StudentTGPRegressor
     from robustep.estimators._regressor_inference import InferenceCore
 
     calls = []
     infer = InferenceCore.infer
-    power_ep = sparse_power.pseudo_point_power_ep
+    power_ep = pseudo_point.pseudo_point_power_ep
 
     def spy_infer(core, K, lik, warm=None, max_iter=1000, tol=1e-4, search=False):
         calls.append((warm is None, max_iter, search))
@@ -557,7 +557,7 @@ def test_regressor_sparse_search_runs(monkeypatch, inducing_power):
         return power_ep(prior, y, lik, **kw)
 
     monkeypatch.setattr(InferenceCore, "infer", spy_infer)
-    monkeypatch.setattr(sparse_power, "pseudo_point_power_ep", spy_power_ep)
+    monkeypatch.setattr(pseudo_point, "pseudo_point_power_ep", spy_power_ep)
     X, y = _outlier_regression(n=60)
     est = StudentTGPRegressor(
         inducing_points=10, inducing_power=inducing_power, random_state=0

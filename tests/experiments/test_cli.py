@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import robustep.experiments as experiments_pkg
 from robustep.cli import main
 from robustep.datasets import DataUnavailableError
-from robustep.experiments import base
+from robustep.experiments import base, discovery
 from robustep.experiments.parallel import parallel_map
 
 
@@ -23,8 +22,8 @@ def registry(monkeypatch):
     """An empty registry; the built-in experiment modules are not imported."""
     reg: dict[str, base.Experiment] = {}
     monkeypatch.setattr(base, "_REGISTRY", reg)
-    monkeypatch.setattr(experiments_pkg, "_load_builtin", lambda: None)
-    monkeypatch.setattr(experiments_pkg, "_IMPORT_ERRORS", {})
+    monkeypatch.setattr(discovery, "_load_builtin", lambda: None)
+    monkeypatch.setattr(discovery, "_IMPORT_ERRORS", {})
     return reg
 
 
@@ -65,7 +64,7 @@ def test_list(capsys):
 
 
 def test_list_empty_and_import_warning(capsys, monkeypatch):
-    monkeypatch.setattr(experiments_pkg, "_IMPORT_ERRORS", {"bad": "Traceback\nSyntaxError: x"})
+    monkeypatch.setattr(discovery, "_IMPORT_ERRORS", {"bad": "Traceback\nSyntaxError: x"})
     assert main(["list"]) == 0
     captured = capsys.readouterr()
     assert "No experiments are registered" in captured.out

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import robustep.experiments as experiments_pkg
 from robustep.datasets import DataUnavailableError
-from robustep.experiments import base, progress
+from robustep.experiments import base, discovery, progress
 from robustep.experiments.report import (
     NumpyJSONEncoder,
     agreement_label,
@@ -36,8 +35,8 @@ def registry(monkeypatch):
     """An empty registry; the built-in experiment modules are not imported."""
     reg: dict[str, base.Experiment] = {}
     monkeypatch.setattr(base, "_REGISTRY", reg)
-    monkeypatch.setattr(experiments_pkg, "_load_builtin", lambda: None)
-    monkeypatch.setattr(experiments_pkg, "_IMPORT_ERRORS", {})
+    monkeypatch.setattr(discovery, "_load_builtin", lambda: None)
+    monkeypatch.setattr(discovery, "_IMPORT_ERRORS", {})
     return reg
 
 
@@ -336,7 +335,7 @@ def test_resolve_names(tmp_path):
 
 def test_import_errors_are_reported_as_failures(tmp_path, monkeypatch):
     tb = 'Traceback (most recent call last):\n  File "x.py"\nImportError: no module named zzz\n'
-    monkeypatch.setattr(experiments_pkg, "_IMPORT_ERRORS", {"broken_mod": tb})
+    monkeypatch.setattr(discovery, "_IMPORT_ERRORS", {"broken_mod": tb})
     lines = []
     records = reproduce(["all"], tmp_path, log=lines.append)
     assert [(r.name, r.status) for r in records] == [("broken_mod", "failed")]

@@ -11,7 +11,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from robustep import _array_api as aa
 from robustep.ep import expectation_propagation
-from robustep.ep.sparse_power import pseudo_point_prior
+from robustep.ep.pseudo_point import pseudo_point_prior
 from robustep.estimators import _device, _sparse
 from robustep.likelihoods import Probit, StudentT
 from robustep.posterior import (

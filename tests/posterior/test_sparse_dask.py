@@ -127,6 +127,19 @@ def test_regressor_dask_equals_in_memory(client):
         atol=1e-8,
     )
     assert b.negative_precision_.sum() > 0
+    assert b.n_features_in_ == 1
+
+
+def test_validate_dask_returns_n_features_and_leaves_the_estimator_alone():
+    from robustep.estimators._sparse import validate_dask
+
+    X, y, Z, _ = _data(n=60)
+    est = GPClassifier(inducing_points=Z)
+    before = dict(vars(est))
+    Xd, yv, n_features = validate_dask(est, da.from_array(X, chunks=(20, 2)), y, classifier=True)
+    assert n_features == 2
+    assert vars(est) == before
+    np.testing.assert_array_equal(yv, y)
 
 
 def test_int_inducing_points_on_dask():

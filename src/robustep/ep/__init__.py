@@ -4,13 +4,13 @@ from robustep.ep.chain import auto_expectation_propagation, run_chain
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
 from robustep.ep.multiclass import MulticlassEPResult, nested_ep
-from robustep.ep.multiclass_general import RobustMulticlassEPResult, robust_nested_ep
+from robustep.ep.multiclass_label_noise import RobustMulticlassEPResult, robust_nested_ep
 from robustep.ep.multiclass_sparse import (
     MulticlassFITCPrior,
     SparseMulticlassEPResult,
     sparse_nested_ep,
 )
-from robustep.ep.sparse_power import PseudoPointEPResult, pseudo_point_power_ep
+from robustep.ep.pseudo_point import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.state import EPResult
 from robustep.ep.stochastic import StochasticEPResult, fit_stochastic_ep
 from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy

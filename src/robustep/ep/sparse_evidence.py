@@ -30,7 +30,7 @@ def fitc_log_Z_gradient(result, kernel, X, Z, likelihood, y, *, wrt_inducing=Tru
     wrt_inducing : also return d log Z / d Z (analytic kernels only, see
         :mod:`robustep.kernels.inducing`).
     M_diag : (n,) replaces diag(M) of eq. S14 (None: FITC-EP's own; the pseudo-point
-        power-EP family passes its eq. P11 weights, :mod:`robustep.ep.sparse_power`).
+        power-EP family passes its eq. P11 weights, :mod:`robustep.ep.pseudo_point`).
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """Stochastic power EP for the sparse GP: minibatch site updates and hyperparameter learning.
 
 Derivation: docs/derivations/stochastic_ep.md (equations E1–E12 cited below).  The model is
-the pseudo-point posterior of :mod:`robustep.ep.sparse_power` (Bui, Yan & Turner 2017):
+the pseudo-point posterior of :mod:`robustep.ep.pseudo_point` (Bui, Yan & Turner 2017):
 ``q(u) ∝ N(u | 0, K_mm) ∏_i t_i(h_i)``, ``h_i = a_iᵀu = E[f_i | u]``,
 ``a_i = K_mm⁻¹ k_i``, with power α on every exact factor ``p(y_i | f_i)`` and
 ``f_i | u ~ N(h_i, d_i)``, ``d_i = k_ii − k_iᵀ K_mm⁻¹ k_i`` (the FITC diagonal).  q(u) is held
@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.linalg import cho_solve, cholesky, solve_triangular
 
-from robustep.ep.sparse_power import check_inducing_power
+from robustep.ep.pseudo_point import check_inducing_power
 from robustep.kernels._rows import row_chunks
 from robustep.kernels.inducing import (
     cross_covariance,

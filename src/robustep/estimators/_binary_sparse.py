@@ -7,7 +7,7 @@ on inducing inputs Z with the K_mm jitter fixed for the whole fit
 (:func:`robustep.estimators._sparse.fixed_jitter`).  EP runs on it as on a dense prior
 (:func:`robustep.estimators._binary.run_inference`); ``inducing_power=α < 1`` runs power
 EP on the pseudo-point posterior instead (Bui, Yan & Turner 2017;
-:mod:`robustep.ep.sparse_power`, docs/derivations/sparse.md §8).  The evidence search runs
+:mod:`robustep.ep.pseudo_point`, docs/derivations/sparse.md §8).  The evidence search runs
 over the kernel's log hyperparameters and, with ``optimize_inducing``, Z (FITC-EP: eq.
 S14; power EP: P10, P11).  Predictions are made in row batches (O(batch m) memory).
 """
@@ -76,7 +76,7 @@ class SparseBinaryCore(BinaryCore):
                            jitter=self.jitter)  # fmt: skip
         if self.alpha == 1.0:
             return run_inference(self.params, prior, self.y, self.likelihood, init)
-        from robustep.ep.sparse_power import pseudo_point_power_ep
+        from robustep.ep.pseudo_point import pseudo_point_power_ep
 
         params = self.params
         damping = 0.0

@@ -54,7 +54,7 @@ class MultinomialCore:
     progress),
     ``max_iter``, ``tol``, ``optimizer`` ("fmin_l_bfgs_b", a callable or None),
     ``n_restarts_optimizer``, ``random_state``, ``label_noise`` (ε > 0: the label-noise
-    multinomial probit by :func:`robustep.ep.multiclass_general.robust_nested_ep`, general
+    multinomial probit by :func:`robustep.ep.multiclass_label_noise.robust_nested_ep`, general
     c x c sites, possibly indefinite; ε = 0: nested EP, the same code as without it),
     ``per_class_kernel`` (True: each class's latent GP gets its own copy of ``kernel``'s
     hyperparameters, held as a CompoundKernel and optimised jointly with the evidence
@@ -90,10 +90,10 @@ class MultinomialCore:
     def _infer(self, K, init=None):
         from robustep.ep.multiclass import nested_ep
 
-        if self.label_noise:  # general c x c sites (ep/multiclass_general.py)
+        if self.label_noise:  # general c x c sites (ep/multiclass_label_noise.py)
             from functools import partial
 
-            from robustep.ep.multiclass_general import robust_nested_ep
+            from robustep.ep.multiclass_label_noise import robust_nested_ep
 
             nested_ep = partial(robust_nested_ep, label_noise=float(self.label_noise))
 

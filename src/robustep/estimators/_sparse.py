@@ -17,7 +17,7 @@ inputs, so that every evaluation of the optimiser uses the same model and the gr
 is exact for it.
 
 ``inducing_power=α < 1`` replaces FITC-EP by power EP with power α on the pseudo-point
-posterior (Bui, Yan & Turner 2017; :mod:`robustep.ep.sparse_power`, docs/derivations/
+posterior (Bui, Yan & Turner 2017; :mod:`robustep.ep.pseudo_point`, docs/derivations/
 sparse.md §8): the same inducing inputs, optimiser and predictions, the evidence (P7) and
 its gradient (P10, P11).  α = 1 (the default) keeps the FITC code path unchanged.
 """
@@ -66,10 +66,18 @@ def is_dask_input(X) -> bool:
 
 
 def validate_dask(est, X, y, *, classifier=False):
-    """Validate Dask training data for ``est.fit``; returns (X (dask), y (numpy)).
+    """Validate Dask training data for ``est.fit``; returns (X, y, n_features).
 
     X must be a 2-D dask array chunked by rows, y a 1-D array (numpy or dask chunked like
-    X's rows); both finite.  Sets ``n_features_in_``.  Dask inputs need the sparse model.
+    X's rows); both finite.  Dask inputs need the sparse model (``est.inducing_points`` set).
+    ``est`` is only read; the caller stores ``n_features`` as its ``n_features_in_``.
+
+    Returns
+    -------
+    X : dask array, shape (n_samples, n_features)
+    y : ndarray, shape (n_samples,)
+        Computed into memory; float for regression, as given for classification.
+    n_features : int
     """
     if est.inducing_points is None:
         raise ValueError(
@@ -93,8 +101,7 @@ def validate_dask(est, X, y, *, classifier=False):
             raise ValueError("y contains NaN or inf; remove those rows before fit")
     if X.shape[0] < 1:
         raise ValueError("X is empty: pass at least one sample")
-    est.n_features_in_ = int(X.shape[1])
-    return X, y
+    return X, y, int(X.shape[1])
 
 
 def check_inducing_gradient(est, kernel):
@@ -118,7 +125,7 @@ def inducing_power_of(est, allowed_methods):
     power η (method "power"/"fractional") is a different approximation and is not combined
     with α, and relaxed EP has no power-α version.
     """
-    from robustep.ep.sparse_power import check_inducing_power
+    from robustep.ep.pseudo_point import check_inducing_power
 
     alpha = check_inducing_power(getattr(est, "inducing_power", 1.0))
     if alpha < 1.0:
@@ -337,7 +344,7 @@ def _log_Z_gradient(res, kernel, X, Z, lik, y, wrt_Z, alpha):
         from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 
         return fitc_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
-    from robustep.ep.sparse_power import pseudo_point_log_Z_gradient
+    from robustep.ep.pseudo_point import pseudo_point_log_Z_gradient
 
     return pseudo_point_log_Z_gradient(res, kernel, X, Z, lik, y, wrt_inducing=wrt_Z)
 
@@ -387,7 +394,7 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
         prior = _prior(kernel, X, Z, jitter)
         if alpha == 1.0:
             return core.infer(prior, lik, warm=warm, max_iter=max_iter, tol=tol, search=search_run)
-        from robustep.ep.sparse_power import pseudo_point_power_ep
+        from robustep.ep.pseudo_point import pseudo_point_power_ep
 
         # the engine's robust run, as the core's "ep" search runs
         options = (

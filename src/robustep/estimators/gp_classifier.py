@@ -170,7 +170,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         FITC prior; α < 1 needs method "auto", "ep" or "damped", in-memory X, and with
         more than two classes ``multi_class="one_vs_rest"``.  ``site_precision_`` /
         ``site_shift_`` are then the effective factors of f_i whose removal gives the
-        leave-one-out cavity (``robustep.ep.sparse_power.PseudoPointEPResult.latent_view``).
+        leave-one-out cavity (``robustep.ep.pseudo_point.PseudoPointEPResult.latent_view``).
     multi_class : {"auto", "multinomial", "one_vs_rest"}
         Used only when y has more than two classes (two classes: the binary model above,
         whatever this says).  "multinomial": one latent GP per class (sharing ``kernel``)
@@ -324,7 +324,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
         if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
-            X, y = _sparse.validate_dask(self, X, y, classifier=True)
+            X, y, self.n_features_in_ = _sparse.validate_dask(self, X, y, classifier=True)
         else:
             X, y = _validate(self, X, y, reset=True)
         like = None

@@ -261,7 +261,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         from robustep.estimators import _sparse
 
         if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
-            X, y = _sparse.validate_dask(self, X, y)
+            X, y, self.n_features_in_ = _sparse.validate_dask(self, X, y)
         else:
             X, y = _validate(self, X, y, reset=True)
         lik, bounds = self._likelihood_and_bounds()

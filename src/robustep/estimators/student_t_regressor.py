@@ -135,7 +135,7 @@ class StudentTGPRegressor(GPRegressor):
         fixed FITC prior; α < 1 needs method "auto" or "ep" and in-memory X.
         ``site_precision_`` / ``site_shift_`` are then the effective factors of f_i whose
         removal gives the leave-one-out cavity
-        (``robustep.ep.sparse_power.PseudoPointEPResult.latent_view``).
+        (``robustep.ep.pseudo_point.PseudoPointEPResult.latent_view``).
     device : None or str
         None: numpy on the CPU.  A PyTorch device ("cpu", "cuda", "cuda:1"): K and its
         kernel gradient are built there, EP (robust, with negative sites and the double

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from robustep.experiments import discovery
+
 
 @dataclasses.dataclass
 class ExperimentSummary:
@@ -76,7 +78,5 @@ def register(experiment: Experiment) -> Experiment:
 
 def registered() -> dict[str, Experiment]:
     """All registered experiments, importing the built-in experiment modules first."""
-    from robustep.experiments import _load_builtin
-
-    _load_builtin()
+    discovery._load_builtin()
     return dict(sorted(_REGISTRY.items()))

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from robustep.datasets import DataUnavailableError
+from robustep.experiments import discovery
 from robustep.experiments.base import Experiment, ExperimentSummary, registered
 from robustep.experiments.parallel import (
     UnitProgress,
@@ -618,9 +619,7 @@ def reproduce(
                 say(_result_line(rec, i, n_exp, width, total_start, False))
         records.extend(done[i][0] for i in sorted(done))
         if "all" in names:
-            from robustep.experiments import import_errors
-
-            for module, tb in sorted(import_errors().items()):
+            for module, tb in sorted(discovery.import_errors().items()):
                 records.append(_record_import_error(module, tb, out, mode=mode, seed=seed))
                 say(f"[import] {module}: FAILED to import ({_first_line(tb.splitlines()[-1])})")
     except BaseException:

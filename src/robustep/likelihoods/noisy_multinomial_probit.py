@@ -86,7 +86,7 @@ class NoisyMultinomialProbit:
 
     Not a :class:`~robustep.likelihoods.base.Likelihood` (c-dimensional sites), like
     :class:`~robustep.likelihoods.multinomial_probit.MultinomialProbit`, which it wraps;
-    :func:`robustep.ep.multiclass_general.robust_nested_ep` runs EP with it.
+    :func:`robustep.ep.multiclass_label_noise.robust_nested_ep` runs EP with it.
 
     Parameters
     ----------

@@ -248,7 +248,7 @@ class FITCPrior(GaussianPrior):
         A shallow copy sharing ``L_mm`` and ``V`` (neither copied nor modified) with
         ``Lambda = 0`` and the attribute ``conditional_var`` (n,) = this prior's Lambda,
         the variances d_i of f_i | u; the prior of power EP with power α < 1 on the
-        pseudo-point posterior (:mod:`robustep.ep.sparse_power`).
+        pseudo-point posterior (:mod:`robustep.ep.pseudo_point`).
         """
         new = copy.copy(self)
         new.conditional_var = np.array(self.Lambda, dtype=float)

@@ -19,7 +19,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteK
 
 from robustep.diagnostics import loo_from_ep_result
 from robustep.ep import expectation_propagation
-from robustep.ep.sparse_power import (
+from robustep.ep.pseudo_point import (
     PseudoPointLikelihood,
     check_inducing_power,
     pseudo_point_log_Z_gradient,
