@@ -116,6 +116,19 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         likelihood.
     power : float in (0, 1]
         Fractional EP power eta (``method="fractional"``).
+    max_iter : int >= 1, default 1000
+        Maximum EP sweeps of the final fit at the found hyperparameters (per stage of
+        the "auto" chain; Newton iterations for "laplace", at most 100).  The
+        hyperparameter search's own runs keep their budgets from
+        :func:`robustep.get_config` (``search_max_iter``, ``final_max_iter`` for a
+        start's cold first evaluation).  A final fit that ends unconverged sets
+        ``converged_`` False and raises a ConvergenceWarning.
+    tol : float > 0, default 1e-4
+        Convergence tolerance of the final fit's EP on the largest change of site
+        natural parameters, as :class:`~robustep.estimators.GPClassifier`'s ``tol``;
+        the search's runs use the looser ``search_tol`` of :func:`robustep.get_config`.
+        ``max_iter`` and ``tol`` apply to the dense model (and EP3's grid); the sparse
+        model (``inducing_points``) runs its final fit at the defaults.
     df_grid : None, True or array of nu values
         EP3 (StudentT likelihood only): nu fixed at each value, the other
         hyperparameters optimised for each, the predictions mixed (§6.2).
@@ -147,6 +160,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "likelihood_bounds": [dict, None],
         "method": [StrOptions(set(METHODS))],
         "power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0.0, None, closed="neither")],
         "df_grid": [None, "array-like", "boolean"],
         "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
@@ -171,6 +186,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         likelihood_bounds=None,
         method="auto",
         power=0.5,
+        max_iter=1000,
+        tol=1e-4,
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         normalize_y=True,
@@ -191,6 +208,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.likelihood_bounds = likelihood_bounds
         self.method = method
         self.power = power
+        self.max_iter = max_iter
+        self.tol = tol
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
@@ -283,6 +302,10 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             else clone(self.kernel)
         )
         rng = check_random_state(self.random_state)
+        if self.inducing_points is not None and (self.tol != 1e-4 or self.max_iter != 1000):
+            raise ValueError("tol and max_iter apply to the dense model; the sparse model "
+                             "(inducing_points) runs its final fit at tol=1e-4 and "
+                             "max_iter=1000")  # fmt: skip
         if self.inducing_power != 1 and self.inducing_points is None:
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
                              "or inducing_power=1 for the dense model")  # fmt: skip
@@ -290,7 +313,10 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             bounds["df"] = "fixed"  # no df in the Gaussian reference; EP3 fixes it per value
         core = InferenceCore(self.method, float(self.power), self._y, self.device)
         space = LikelihoodSpace.of(lik, bounds, searched=self.optimizer is not None)
-        settings = SearchSettings(self.optimizer, int(self.n_restarts_optimizer), like)
+        settings = SearchSettings(
+            self.optimizer, int(self.n_restarts_optimizer), like,
+            tol=float(self.tol), max_iter=int(self.max_iter),
+        )  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.check_regressor(self)
             alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS)
