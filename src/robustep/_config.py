@@ -92,8 +92,8 @@ class Settings:
         ones used up to 388 factorisations and three quarters of the search's EP time
         (``robustep reproduce tgp-benchmark --full``).
     final_max_iter : int >= 1
-        EP sweeps at most in the final fit of ``StudentTGPRegressor`` and in the first,
-        cold-started evaluation of each search start.
+        EP sweeps at most in the first, cold-started evaluation of each search start of
+        the regressors (their final fit runs the estimator's own ``max_iter``).
     warm_first_max_iter : int >= 1
         EP sweeps at most in the first evaluation of a search start warm-started from
         another inference (EP3's neighbouring grid value); when it does not converge the

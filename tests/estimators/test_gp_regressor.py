@@ -234,3 +234,65 @@ def test_set_regressor_loo_takes_the_estimators_components():
         np.testing.assert_array_equal(other.loo_log_predictive_, est.loo_log_predictive_)
         np.testing.assert_array_equal(other.loo_interval_[1], est.loo_interval_[1])
         np.testing.assert_array_equal(other.outlier_scores_, est.outlier_scores_)
+
+
+# --------------------------------------------------- the final fit's tol and max_iter
+def _final_residual(est):
+    """The last recorded residual of the fitted EP run (largest site change)."""
+    return est._fit.components[0].res.history["residual"][-1]
+
+
+@pytest.mark.parametrize("cls", [GPRegressor, StudentTGPRegressor])
+def test_tighter_tol_moves_the_fixed_point(cls):
+    """A tighter tol runs the final fit to a smaller residual in more sweeps."""
+    X, y = _laplace_data(30)
+    kw = dict(kernel=_kernel(), method="ep", optimizer=None)
+    loose = cls(**kw).fit(X, y)
+    tight = cls(tol=1e-9, **kw).fit(X, y)
+    assert loose.converged_ and tight.converged_
+    assert _final_residual(loose) < 1e-4 and _final_residual(tight) < 1e-9
+    assert _final_residual(tight) < _final_residual(loose)
+    assert tight.n_iter_ > loose.n_iter_
+
+
+@pytest.mark.parametrize("cls", [GPRegressor, StudentTGPRegressor])
+@pytest.mark.parametrize("optimizer", [None, "fmin_l_bfgs_b"])
+def test_max_iter_one_ends_not_converged(cls, optimizer):
+    """max_iter bounds the final fit (not the search): one sweep ends unconverged."""
+    X, y = _laplace_data(30)
+    est = cls(kernel=_kernel(), method="ep", optimizer=optimizer, max_iter=1)
+    with pytest.warns(ConvergenceWarning):
+        est.fit(X, y)
+    assert not est.converged_ and est.n_iter_ == 1
+
+
+def test_default_tol_and_max_iter_are_the_former_final_fit():
+    """The defaults are the final fit's former fixed 1e-4 and config.final_max_iter."""
+    X, y = _laplace_data(30)
+    kw = dict(kernel=_kernel(), df_grid=[2.0, 6.0], n_restarts_optimizer=0, random_state=0)
+    default = StudentTGPRegressor(**kw).fit(X, y)
+    explicit = StudentTGPRegressor(tol=1e-4, max_iter=robustep.get_config().final_max_iter,
+                                   **kw).fit(X, y)  # fmt: skip
+    assert default.get_params()["tol"] == 1e-4 and default.get_params()["max_iter"] == 1000
+    assert default.log_marginal_likelihood_value_ == explicit.log_marginal_likelihood_value_
+    np.testing.assert_array_equal(default.site_precision_, explicit.site_precision_)
+
+
+@pytest.mark.parametrize("params", [{"tol": 0.0}, {"tol": -1.0}, {"max_iter": 0},
+                                    {"max_iter": 2.5}])  # fmt: skip
+def test_tol_and_max_iter_are_validated(params):
+    X, y = _laplace_data(10)
+    with pytest.raises(ValueError, match="tol|max_iter"):
+        GPRegressor(**params).fit(X, y)
+
+
+def test_sparse_model_takes_tol_and_max_iter():
+    """The sparse model's final fit runs at the estimator's tol and max_iter too."""
+    X, y = _laplace_data(40)
+    kw = dict(kernel=_kernel(), method="ep", optimizer=None, inducing_points=8, random_state=0)
+    loose = GPRegressor(**kw).fit(X, y)
+    tight = GPRegressor(tol=1e-9, **kw).fit(X, y)
+    assert loose.converged_ and tight.converged_ and tight.n_iter_ > loose.n_iter_
+    with pytest.warns(ConvergenceWarning):
+        one = GPRegressor(max_iter=1, **kw).fit(X, y)
+    assert not one.converged_ and one.n_iter_ == 1

@@ -241,8 +241,8 @@ def test_ep3_neighbour_that_did_not_converge_is_no_warm_start(monkeypatch):
 
     original_final = _regressor_grid.final
 
-    def final(core, kernel, lik, X, like=None, warm=None):
-        comp = original_final(core, kernel, lik, X, like, warm=warm)
+    def final(core, kernel, lik, X, settings, warm=None):
+        comp = original_final(core, kernel, lik, X, settings, warm=warm)
         comp.res.converged = lik.df != 2.0  # the first grid value "fails"
         return comp
 

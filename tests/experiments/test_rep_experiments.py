@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from robustep.datasets import DataUnavailableError
 from robustep.experiments import registered, rep_synthetic, rep_toy, rep_uci
@@ -73,6 +75,23 @@ def test_rep_toy_tiny_run_and_report(tmp_path):
     assert "rep_toy_both.png" in summary.figures and set(summary.captions) == set(summary.figures)
     for f in summary.figures:
         assert (tmp_path / f).stat().st_size > 0
+
+
+def test_rep_toy_non_converged_runs_are_caught_and_reported(tmp_path):
+    """REP at c = 1 does not converge on the paper's toy: a result, so no
+    ConvergenceWarning escapes the run, and the report names the run."""
+    cfg = dict(rep_toy.EXPERIMENT.quick, powers=[1.0], n_c=1, c_log10_range=[0.0, 0.0],
+               grid_size=101, is_samples=20_000)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        res = rep_toy.run(cfg, 0)
+    assert not res["rep_sweep"][0]["converged"] and res["rep_sweep"][0]["residual"] > 1e-9
+    assert res["methods"]["EP"]["converged"] and res["methods"]["EP"]["residual"] < 1e-9
+    failed = rep_toy.non_converged_runs(res)
+    assert any(f.startswith("REP (c=1), paper's toy: 300 sweeps") for f in failed)
+    assert not any(f.startswith("EP,") for f in failed)
+    notes = rep_toy.report(res, tmp_path).notes
+    assert "did not converge" in notes and "REP (c=1), paper's toy" in notes
 
 
 def test_second_toy_is_the_first_data_set_where_ep_is_visibly_wrong():

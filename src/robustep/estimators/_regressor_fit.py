@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep._config import get_config
 from robustep.estimators import _device
 from robustep.estimators._regressor_inference import warm_of
 from robustep.estimators._regressor_search import optimise
@@ -61,12 +60,16 @@ class RegressorFit:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The estimator's search options: ``optimizer`` (None: no search), extra random
-    starts and the device template array (None: numpy)."""
+    """The estimator's fit options: ``optimizer`` (None: no search), extra random
+    starts, the device template array (None: numpy), and the final inference's EP
+    tolerance ``tol`` and sweep budget ``max_iter`` (the estimator's parameters; the
+    search's own runs keep :func:`robustep.get_config`'s ``search_tol`` and budgets)."""
 
     optimizer: object
     n_restarts: int
     like: object = None
+    tol: float = 1e-4
+    max_iter: int = 1000
 
     def run(self, core, kernel, space, X, rng, n_restarts=None, warm=None):
         return optimise(
@@ -76,13 +79,17 @@ class SearchSettings:
         )  # fmt: skip
 
 
-def final(core, kernel, likelihood, X, like=None, warm=None):
-    """The final inference at fixed hyperparameters (the final fit's budget and tol)."""
+def final(core, kernel, likelihood, X, settings, warm=None):
+    """The final inference at fixed hyperparameters, to ``settings.tol`` within
+    ``settings.max_iter`` sweeps (:class:`SearchSettings`)."""
+    like = settings.like
     if core.prior != "dense":
         K = core.structured_prior(kernel, X, eval_gradient=False)[0]
     else:
         K = kernel(X) if like is None else _device.prior(kernel, X, like)[0]
-    res = core.infer(K, likelihood, warm=warm_of(warm), max_iter=get_config().final_max_iter)
+    res = core.infer(
+        K, likelihood, warm=warm_of(warm), max_iter=settings.max_iter, tol=settings.tol
+    )
     return Component(kernel, likelihood, res)
 
 
@@ -94,7 +101,7 @@ def fit_dense(core, kernel, space, X, rng, settings):
         outcome = settings.run(core, kernel, space, X, rng)
         fit.add_search(outcome)
         kernel, lik = outcome.kernel, outcome.likelihood
-    fit.components = [final(core, kernel, lik, X, settings.like)]
+    fit.components = [final(core, kernel, lik, X, settings)]
     return fit
 
 

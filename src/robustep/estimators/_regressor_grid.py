@@ -69,7 +69,7 @@ def fit_df_grid(core, kernel, space, grid, X, rng, settings):
             # the final fit starts from the search's inference at the optimum (the same
             # hyperparameters), not from the neighbouring grid value's
             warm = outcome.state if outcome.state is not None else warm
-        comps[j] = final(core, k0, lik0, X, settings.like, warm=warm)
+        comps[j] = final(core, k0, lik0, X, settings, warm=warm)
     lml = np.array([c.res.log_marginal_likelihood for c in comps], float)
     lml = np.where(np.isfinite(lml), lml, -np.inf)
     if not np.any(np.isfinite(lml)):

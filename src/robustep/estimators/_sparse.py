@@ -451,7 +451,7 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
         kernel, lp, Z = search_space.unpack(x)
         lik = space.unpack(lp)
         warm = search.state
-    res = infer_at(kernel, Z, lik, warm)
+    res = infer_at(kernel, Z, lik, warm, settings.max_iter, settings.tol)
     if alpha < 1.0:
         view = res.latent_view()
         view.log_marginal_likelihood = res.log_marginal_likelihood

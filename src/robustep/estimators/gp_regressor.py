@@ -126,6 +126,18 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         gradients (robustep.posterior.low_rank); a ValueError names the supported kernels
         for any other.  Methods "auto", "ep" and "fractional", in numpy, without
         ``inducing_points``.
+    max_iter : int >= 1, default 1000
+        Maximum EP sweeps of the final fit at the found hyperparameters (per stage of
+        the "auto" chain; Newton iterations for "laplace", at most 100).  The
+        hyperparameter search's own runs keep their budgets from
+        :func:`robustep.get_config` (``search_max_iter``, ``final_max_iter`` for a
+        start's cold first evaluation).  A final fit that ends unconverged sets
+        ``converged_`` False and raises a ConvergenceWarning.
+    tol : float > 0, default 1e-4
+        Convergence tolerance of the final fit's EP on the largest change of site
+        natural parameters, as :class:`~robustep.estimators.GPClassifier`'s ``tol``;
+        the search's runs use the looser ``search_tol`` of :func:`robustep.get_config`.
+        Dense and sparse (``inducing_points``) models, and each value of EP3's grid.
     df_grid : None, True or array of nu values
         EP3 (StudentT likelihood only): nu fixed at each value, the other
         hyperparameters optimised for each, the predictions mixed (§6.2).
@@ -157,6 +169,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "likelihood_bounds": [dict, None],
         "method": [StrOptions(set(METHODS))],
         "power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0.0, None, closed="neither")],
         "df_grid": [None, "array-like", "boolean"],
         "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(numbers.Integral, 0, None, closed="left")],
@@ -182,6 +196,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         likelihood_bounds=None,
         method="auto",
         power=0.5,
+        max_iter=1000,
+        tol=1e-4,
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         normalize_y=True,
@@ -203,6 +219,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.likelihood_bounds = likelihood_bounds
         self.method = method
         self.power = power
+        self.max_iter = max_iter
+        self.tol = tol
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
@@ -311,7 +329,10 @@ class GPRegressor(RegressorMixin, BaseEstimator):
                              "and inducing_points=None, or prior='dense'")  # fmt: skip
         core = InferenceCore(self.method, float(self.power), self._y, self.device, self.prior)
         space = LikelihoodSpace.of(lik, bounds, searched=self.optimizer is not None)
-        settings = SearchSettings(self.optimizer, int(self.n_restarts_optimizer), like)
+        settings = SearchSettings(
+            self.optimizer, int(self.n_restarts_optimizer), like,
+            tol=float(self.tol), max_iter=int(self.max_iter),
+        )  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.check_regressor(self)
             alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS)

@@ -22,7 +22,7 @@ units unless ``likelihood_bounds`` says otherwise — the lower bound keeps EP a
 near-noise-free fits where it converges very slowly; during the search EP is
 warm-started from the previous evaluation's sites, runs at most 30 sweeps to a site
 tolerance of 1e-2 per evaluation, and a non-converged evaluation counts as failed; the
-final fit runs to 1e-4).
+final fit runs to ``tol``, 1e-4 by default, within ``max_iter`` sweeps).
 ``df_grid`` gives EP3: nu fixed at 15 values log-log spaced in [1.5, 20], the
 other hyperparameters optimised for each (in increasing nu, each warm-started from the
 previous value's mode and EP sites; ``n_restarts_optimizer`` random restarts at the
@@ -82,6 +82,14 @@ class StudentTGPRegressor(GPRegressor):
         "fractional" (power EP) and the non-EP approximations have no "auto" variant.
     power : float in (0, 1]
         Fractional EP power eta, used by ``method="fractional"``.
+    max_iter : int >= 1, default 1000
+        Maximum EP sweeps of the final fit at the found hyperparameters (Newton
+        iterations for "laplace", at most 100); the search's runs keep their
+        :func:`robustep.get_config` budgets (``search_max_iter``).  As in
+        :class:`~robustep.estimators.GPRegressor`.
+    tol : float > 0, default 1e-4
+        The final fit's EP tolerance on the largest change of site natural parameters
+        (the search's runs use ``search_tol``, 1e-2).  Dense model only.
     likelihood_bounds : None or dict
         Bounds of sigma and nu in the search: ``{"scale": (low, high), "df": (low,
         high)}`` (either may be omitted, or be "fixed"); the defaults are sigma in
@@ -211,6 +219,8 @@ class StudentTGPRegressor(GPRegressor):
         scale=0.5,
         method="auto",
         power=0.5,
+        max_iter=1000,
+        tol=1e-4,
         optimize_df=False,
         df_grid=None,
         optimizer="fmin_l_bfgs_b",
@@ -230,7 +240,8 @@ class StudentTGPRegressor(GPRegressor):
     ):
         super().__init__(
             kernel, likelihood_bounds=likelihood_bounds, method=method, power=power,
-            df_grid=df_grid, optimizer=optimizer, n_restarts_optimizer=n_restarts_optimizer,
+            max_iter=max_iter, tol=tol, df_grid=df_grid, optimizer=optimizer,
+            n_restarts_optimizer=n_restarts_optimizer,
             normalize_y=normalize_y, n_samples=n_samples, mcmc_hyper_every=mcmc_hyper_every,
             mcmc_hyper_sampler=mcmc_hyper_sampler, random_state=random_state,
             inducing_points=inducing_points, optimize_inducing=optimize_inducing,
