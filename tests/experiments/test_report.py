@@ -300,6 +300,22 @@ def test_reproduce_all_continues_after_failures_and_writes_index(tmp_path):
     assert "| yes |" in md and "mean 0.50 over n=3" in md and "| quick, seed 1, " in md
 
 
+def test_quick_runs_say_they_are_smaller_than_the_papers(tmp_path):
+    make_experiment("a-ok")
+    lines = []
+    reproduce(["a-ok"], tmp_path / "q", mode="quick", log=lines.append)
+    assert "smaller problems than the papers" in lines[-2]
+    assert "docs/full-runs/README.md" in lines[-2] and "--full" in lines[-2]
+    for page in ("index.html", "README.md"):
+        text = (tmp_path / "q" / page).read_text()
+        assert "smaller problems than the papers" in text
+        assert text.index("docs/full-runs/README.md") < text.index("Results")
+    lines = []
+    reproduce(["a-ok"], tmp_path / "f", mode="full", log=lines.append)
+    assert not any("smaller problems" in line for line in lines)
+    assert "smaller problems" not in (tmp_path / "f" / "index.html").read_text()
+
+
 def test_index_accumulates_earlier_runs(tmp_path):
     make_experiment("first")
     make_experiment("second")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "QUICK_MODE_NOTE",
     "NumpyJSONEncoder",
     "agreement_label",
     "dump_json",
@@ -40,6 +41,13 @@ __all__ = [
 
 #: Status values of a run record.
 STATUS_OK, STATUS_NO_DATA, STATUS_FAILED = "ok", "no-data", "failed"
+
+#: Said under a quick run's summary line and at the top of a report that lists a quick run.
+QUICK_MODE_NOTE = (
+    "Quick mode runs smaller problems than the papers (fewer points, folds, draws and "
+    "iterations), so its verdicts are indicative only. Full-size verdicts: "
+    "docs/full-runs/README.md, or run `robustep reproduce NAME --full`."
+)
 
 
 class NumpyJSONEncoder(json.JSONEncoder):
@@ -315,6 +323,8 @@ def _write_index_md(records: list[dict], out_dir: Path, title: str) -> None:
         f"{len(failed)} failed. Generated {_now()}.",
         "",
     ]
+    if _any_quick(records):
+        lines += [f"> **{QUICK_MODE_NOTE}**", ""]
     if failed:
         lines += [f"## ⚠ FAILED ({len(failed)})", ""]
         for r in failed:
@@ -357,6 +367,7 @@ th, td { border: 1px solid #ccc; padding: 6px; vertical-align: top; text-align: 
 th { background: #f0f0f0; }
 .yes { color: #060; font-weight: bold; } .no { color: #a00; font-weight: bold; }
 .partly { color: #a60; font-weight: bold; }
+.quick { border: 2px solid #a60; background: #fff6e0; padding: 0.6em; }
 .failed { border: 2px solid #a00; background: #fee; padding: 1em; }
 img.thumb { max-width: 180px; max-height: 140px; margin: 2px; border: 1px solid #ddd; }
 """
@@ -375,6 +386,8 @@ def _write_index_html(records: list[dict], out_dir: Path, title: str) -> None:
         f"<p>{_plural(len(records))}: {len(ok)} ran, {len(nodata)} lacked data, "
         f"{len(failed)} failed. Generated {e(_now())}.</p>",
     ]
+    if _any_quick(records):
+        parts.append(f'<p class="quick"><b>{e(QUICK_MODE_NOTE)}</b></p>')
     if failed:
         parts.append(f'<div class="failed"><h2>&#9888; FAILED ({len(failed)})</h2><ul>')
         for r in failed:
@@ -437,6 +450,10 @@ def _run_cell(r: dict) -> str:
     """ "quick, seed 0, 12.3 s, 2026-01-31 12:00" for the index's run column."""
     when = str(r.get("finished", ""))[:16].replace("T", " ")
     return f"{r['mode']}, seed {r['seed']}, {r['wall_time']:.1f} s, {when}"
+
+
+def _any_quick(records: list[dict]) -> bool:
+    return any(r.get("mode") == "quick" for r in records)
 
 
 def _plural(n: int) -> str:
