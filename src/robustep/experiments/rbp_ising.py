@@ -5,7 +5,7 @@ against the exact (junction-tree) marginals, for weak and strong suppressive (ne
 couplings, 50 random instances per condition.
 
 The paper's coupling distribution is garbled in the text ("J_ij ~ |N(5, 5)|"), so we use a
-documented family, fixed before looking at any result (issue 6):
+documented family, fixed before looking at any result:
 
 * graphs: an open 8 × 8 grid (n = 64; bipartite, so suppressive couplings are not frustrated)
   and the complete graph K_10 (n = 10; frustrated);

@@ -219,7 +219,7 @@ def _pool_mcmc(parts):
 
 
 # Relative cost per unit (LA1 = 1), used only to start long units first: CPU seconds
-# measured on Boston fold 0 on the idle machine after the search changes of issue 12
+# measured on Boston fold 0 on an idle machine with the current evidence search
 # (LA1 = 22 s, MCMC with 2000 draws).
 _COST = {"GA": 0.5, "LA1": 1, "LA2": 0.8, "EP1": 1.5, "EP2": 1.4, "EP3": 8.6}
 _COST.update({"fVB1": 2.5, "fVB2": 2.5, "VB1": 1.6, "VB2": 1.5, "MCMC": 11})

@@ -239,7 +239,7 @@ def run(config: dict, seed: int) -> dict:
         results["tilted"] = _tilted_2d(
             X, ys, 0.9, magnitude, df, scale, config["fig2_grid"], config["fig2_sweeps"]
         )
-        # Diagnosis (issue 12 §2): the same tilted distribution with a larger signal
+        # Diagnosis: the same tilted distribution with a larger signal
         # magnitude (sigma_se^2 = 3, the paper's Fig. 3 value for example 2), q wider.
         alt = _tilted_2d(X, ys, 0.9, 3.0, df, scale, config["fig2_grid"], config["fig2_sweeps"])
         results["tilted"]["magnitude_3"] = {
