@@ -530,6 +530,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     return ExperimentSummary(
         measured=measured,
         agrees=agrees,
+        key_number=(
+            f"REP beats EP on both errors for {n_better} of {len(cs)} values of c (needed: "
+            f"30%); REP = EP at the largest c: {'yes' if to_ep else 'no'}; PEP worse than EP: "
+            f"{'yes' if pep_worse else 'no'}"
+        ),
         tables=[table1, "\n".join(sweep_rows), "\n".join(pep_rows)]
         + (["\n".join(both_rows)] if both_rows else []),
         figures=figures,

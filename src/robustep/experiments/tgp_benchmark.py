@@ -495,9 +495,16 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         cpu = cpu_rows.get("EP1", [])
         if agrees and cpu and np.mean(cpu) > 1.5:
             agrees = None  # accuracy agrees, but EP1 is much slower than the paper's 0.8 x LA1
+    cpu_ep1 = cpu_rows.get("EP1", [])
+    key = (
+        f"Student-t beats GA on {sum(st_better_than_ga)} of {len(st_better_than_ga)} data sets; "
+        f"mean EP1 - LA1 MLPD {np.mean(ep_vs_la) if ep_vs_la else float('nan'):+.3f}; "
+        f"EP1/LA1 CPU {np.mean(cpu_ep1) if cpu_ep1 else float('nan'):.2f} (limit 1.5)"
+    )
     return ExperimentSummary(
         measured=measured,
         agrees=agrees,
+        key_number=key,
         tables=tables,
         figures=figures,
         captions={

@@ -439,6 +439,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     why = _fig2_explanation(t, results["examples"])
     return ExperimentSummary(
         measured=measured,
+        key_number=(
+            f"ex. 1 TV to MCMC: EP {g('1', 'EP'):.2f} vs LA {g('1', 'LA'):.2f}, fVB "
+            f"{g('1', 'fVB'):.2f}; ex. 2 std EP {std.get(('2', 'EP'), float('nan')):.3f} vs fEP "
+            f"{std.get(('2', 'fEP'), float('nan')):.3f}; tilted modes at eta=1: {modes[0]}"
+        ),
         agrees=(
             True
             if (ex1_ok and ex2_ok and modes[0] >= 2)
