@@ -310,6 +310,9 @@ def test_quick_runs_say_they_are_smaller_than_the_papers(tmp_path):
         text = (tmp_path / "q" / page).read_text()
         assert "smaller problems than the papers" in text
         assert text.index("docs/full-runs/README.md") < text.index("Results")
+    assert (
+        "<code>robustep reproduce NAME --full</code>" in (tmp_path / "q" / "index.html").read_text()
+    )
     lines = []
     reproduce(["a-ok"], tmp_path / "f", mode="full", log=lines.append)
     assert not any("smaller problems" in line for line in lines)

@@ -24,6 +24,7 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -398,7 +399,8 @@ def _write_index_html(records: list[dict], out_dir: Path, title: str) -> None:
         f"{len(failed)} failed. Generated {e(_now())}.</p>",
     ]
     if _any_quick(records):
-        parts.append(f'<p class="quick"><b>{e(QUICK_MODE_NOTE)}</b></p>')
+        note = re.sub(r"`([^`]*)`", r"<code>\1</code>", e(QUICK_MODE_NOTE))
+        parts.append(f'<p class="quick"><b>{note}</b></p>')
     if failed:
         parts.append(f'<div class="failed"><h2>&#9888; FAILED ({len(failed)})</h2><ul>')
         for r in failed:
