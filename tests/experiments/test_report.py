@@ -299,6 +299,56 @@ def test_reproduce_all_continues_after_failures_and_writes_index(tmp_path):
     assert "| yes |" in md and "mean 0.50 over n=3" in md and "| quick, seed 1, " in md
 
 
+def test_quick_runs_say_they_are_smaller_than_the_papers(tmp_path):
+    make_experiment("a-ok")
+    lines = []
+    reproduce(["a-ok"], tmp_path / "q", mode="quick", log=lines.append)
+    assert "smaller problems than the papers" in lines[-2]
+    assert "docs/full-runs/README.md" in lines[-2] and "--full" in lines[-2]
+    for page in ("index.html", "README.md"):
+        text = (tmp_path / "q" / page).read_text()
+        assert "smaller problems than the papers" in text
+        assert text.index("docs/full-runs/README.md") < text.index("Results")
+    assert (
+        "<code>robustep reproduce NAME --full</code>" in (tmp_path / "q" / "index.html").read_text()
+    )
+    lines = []
+    reproduce(["a-ok"], tmp_path / "f", mode="full", log=lines.append)
+    assert not any("smaller problems" in line for line in lines)
+    assert "smaller problems" not in (tmp_path / "f" / "index.html").read_text()
+
+
+def test_index_is_one_scannable_line_per_experiment(tmp_path):
+    def report(results, out_dir):
+        for name in ("first.png", "second.png"):
+            (out_dir / name).write_bytes(PNG)
+        return base.ExperimentSummary(
+            measured="A long account of every number measured, only on the experiment page.",
+            agrees=None,
+            figures=["first.png", "second.png"],
+            key_number="MCMC R-hat 1.74 > 1.1: reference not converged",
+        )
+
+    make_experiment("a-ok", report=report, claim="EP wins on Boston. It also wins elsewhere.")
+    make_experiment("b-plain")
+    reproduce(["all"], tmp_path, log=None)
+    html = (tmp_path / "index.html").read_text()
+    row = next(line for line in html.splitlines() if "a-ok/index.html" in line)
+    assert "<td>MCMC R-hat 1.74 &gt; 1.1: reference not converged</td>" in row
+    assert '<td class="partly">partly</td>' in row
+    assert ">EP wins on Boston.</td>" in row and 'title="EP wins on Boston. It also' in row
+    assert 'src="a-ok/first.png"' in row and "second.png" not in html
+    assert "A long account" not in html
+    plain = next(line for line in html.splitlines() if "b-plain/index.html" in line)
+    assert "<td>mean 0.50 over n=3</td>" in plain  # no key number: the start of measured
+    md = (tmp_path / "README.md").read_text()
+    assert "| partly | MCMC R-hat 1.74 > 1.1: reference not converged |" in md
+    assert "second.png" not in md and "A long account" not in md
+    page = (tmp_path / "a-ok" / "index.html").read_text()
+    assert "A long account" in page and "second.png" in page
+    assert "<b>Deciding number:</b> MCMC R-hat 1.74" in page
+
+
 def test_index_accumulates_earlier_runs(tmp_path):
     make_experiment("first")
     make_experiment("second")

@@ -32,6 +32,9 @@ class ExperimentSummary:
     figures : file names (relative to the experiment's out_dir) of PNG figures.
     notes : differences from the paper's set-up and why.
     captions : one-line caption per figure file name (shown under the figure in the report).
+    key_number : the one number (with its name and threshold) that decides ``agrees``,
+        e.g. ``"MCMC R-hat 1.74 > 1.1: reference not converged"``; shown in the report's
+        index beside the verdict.  Empty: the index shows the start of ``measured``.
     """
 
     measured: str
@@ -40,6 +43,7 @@ class ExperimentSummary:
     figures: list[str] = dataclasses.field(default_factory=list)
     notes: str = ""
     captions: dict[str, str] = dataclasses.field(default_factory=dict)
+    key_number: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

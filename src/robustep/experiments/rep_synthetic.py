@@ -376,8 +376,15 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "rep_synthetic_boundaries.png": "Training data of repetition 0 at the largest flip rate "
         "and each method's decision boundary where the paper's loop stops.",
     }
+    n_best = sum(
+        summ[(r, "REP")]["error"] <= min(summ[(r, m)]["error"] for m in METHODS) for r in rates
+    )
+    key = (
+        f"REP lowest test error at {n_best} of {len(rates)} flip rates; REP divergent runs "
+        f"{sum(summ[(r, 'REP')]['divergent'] for r in rates)}"
+    )
     return ExperimentSummary(measured=measured, agrees=agrees, tables=[table], figures=figs,
-                             notes=notes, captions=captions)  # fmt: skip
+                             notes=notes, captions=captions, key_number=key)  # fmt: skip
 
 
 EXPERIMENT = register(

@@ -2,8 +2,10 @@
 
 Layout of a report folder ``OUT``::
 
-    OUT/index.html              every experiment: claim, measured, agrees, figure thumbnails
+    OUT/index.html              one line per experiment: the paper's claim (first sentence),
+                                agrees, the deciding number, a thumbnail of its first figure
     OUT/README.md               the same in Markdown
+                                (both say so at the top when a run was in quick mode)
     OUT/NAME/results.json       raw results returned by the experiment's ``run``
     OUT/NAME/run.json           status, mode, seed, config, wall time, summary (read by the index)
     OUT/NAME/README.md          claim, measured, agreement, tables, figures, notes, config
@@ -22,12 +24,14 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "QUICK_MODE_NOTE",
     "NumpyJSONEncoder",
     "agreement_label",
     "dump_json",
@@ -40,6 +44,13 @@ __all__ = [
 
 #: Status values of a run record.
 STATUS_OK, STATUS_NO_DATA, STATUS_FAILED = "ok", "no-data", "failed"
+
+#: Said under a quick run's summary line and at the top of a report that lists a quick run.
+QUICK_MODE_NOTE = (
+    "Quick mode runs smaller problems than the papers (fewer points, folds, draws and "
+    "iterations), so its verdicts are indicative only. Full-size verdicts: "
+    "docs/full-runs/README.md, or run `robustep reproduce NAME --full`."
+)
 
 
 class NumpyJSONEncoder(json.JSONEncoder):
@@ -120,6 +131,8 @@ def write_experiment_readme(record: dict, out_dir: Path) -> Path:
         s = record["summary"]
         lines += [f"**Measured:** {s['measured']}", ""]
         lines += [f"**Agrees with the paper:** {agreement_label(s['agrees'])}", ""]
+        if s.get("key_number"):
+            lines += [f"**Deciding number:** {s['key_number']}", ""]
         if s["tables"]:
             lines += ["## Tables", ""]
             for t in s["tables"]:
@@ -237,6 +250,8 @@ def _write_experiment_html(record: dict, out_dir: Path) -> Path:
             f"<p><b>Measured:</b> {e(s['measured'])}</p>",
             f'<p><b>Agrees with the paper:</b> <span class="{label}">{label}</span></p>',
         ]
+        if s.get("key_number"):
+            parts.append(f"<p><b>Deciding number:</b> {e(s['key_number'])}</p>")
         if s["tables"]:
             parts.append("<h2>Tables</h2>")
             parts += [markdown_to_html(t) for t in s["tables"]]
@@ -315,6 +330,8 @@ def _write_index_md(records: list[dict], out_dir: Path, title: str) -> None:
         f"{len(failed)} failed. Generated {_now()}.",
         "",
     ]
+    if _any_quick(records):
+        lines += [f"> **{QUICK_MODE_NOTE}**", ""]
     if failed:
         lines += [f"## ⚠ FAILED ({len(failed)})", ""]
         for r in failed:
@@ -327,16 +344,20 @@ def _write_index_md(records: list[dict], out_dir: Path, title: str) -> None:
     lines += ["## Results", ""]
     if ok:
         lines += [
-            "| experiment | paper (source) | claim | measured | agrees | figures | run |",
-            "|---|---|---|---|---|---|---|",
+            "One line per experiment; the experiment's page has the numbers, tables, all "
+            "figures and notes.",
+            "",
+            "| experiment | paper's claim | agrees | deciding number | figure | run |",
+            "|---|---|---|---|---|---|",
         ]
         for r in ok:
             s, f = r["summary"], r["folder"]
-            figs = ", ".join(f"[{Path(x).name}]({f}/{x})" for x in s["figures"]) or "—"
+            figs = s["figures"]
+            fig = f"[{Path(figs[0]).name}]({f}/{figs[0]})" if figs else "—"
             lines.append(
-                f"| [{r['name']}]({f}/README.md) | {_md_text(r['paper'])} "
-                f"({_md_text(r['source'])}) | {_md_text(r['claim'])} | "
-                f"{_md_text(s['measured'])} | {agreement_label(s['agrees'])} | {figs} | "
+                f"| [{r['name']}]({f}/README.md) ({_md_text(r['paper'])}, "
+                f"{_md_text(r['source'])}) | {_md_text(_one_line(r['claim']))} | "
+                f"{agreement_label(s['agrees'])} | {_md_text(_key_number(s))} | {fig} | "
                 f"{_run_cell(r)} |"
             )
     else:
@@ -357,8 +378,10 @@ th, td { border: 1px solid #ccc; padding: 6px; vertical-align: top; text-align: 
 th { background: #f0f0f0; }
 .yes { color: #060; font-weight: bold; } .no { color: #a00; font-weight: bold; }
 .partly { color: #a60; font-weight: bold; }
+.quick { border: 2px solid #a60; background: #fff6e0; padding: 0.6em; }
 .failed { border: 2px solid #a00; background: #fee; padding: 1em; }
-img.thumb { max-width: 180px; max-height: 140px; margin: 2px; border: 1px solid #ddd; }
+img.thumb { max-width: 220px; max-height: 160px; margin: 2px; border: 1px solid #ddd; }
+.cite { color: #555; font-size: 85%; }
 """
 
 
@@ -375,6 +398,9 @@ def _write_index_html(records: list[dict], out_dir: Path, title: str) -> None:
         f"<p>{_plural(len(records))}: {len(ok)} ran, {len(nodata)} lacked data, "
         f"{len(failed)} failed. Generated {e(_now())}.</p>",
     ]
+    if _any_quick(records):
+        note = re.sub(r"`([^`]*)`", r"<code>\1</code>", e(QUICK_MODE_NOTE))
+        parts.append(f'<p class="quick"><b>{note}</b></p>')
     if failed:
         parts.append(f'<div class="failed"><h2>&#9888; FAILED ({len(failed)})</h2><ul>')
         for r in failed:
@@ -388,22 +414,29 @@ def _write_index_html(records: list[dict], out_dir: Path, title: str) -> None:
     parts.append("<h2>Results</h2>")
     if ok:
         parts.append(
-            "<table><tr><th>experiment</th><th>paper (source)</th><th>claim</th>"
-            "<th>measured</th><th>agrees</th><th>figures</th><th>run</th></tr>"
+            "<p>One line per experiment; its page (follow its name) has the numbers, tables, "
+            "all figures and notes.</p>"
+        )
+        parts.append(
+            "<table><tr><th>experiment</th><th>paper's claim</th><th>agrees</th>"
+            "<th>deciding number</th><th>figure</th><th>run</th></tr>"
         )
         for r in ok:
             s, f = r["summary"], e(r["folder"])
             label = agreement_label(s["agrees"])
-            thumbs = "".join(
-                f'<a href="{f}/{e(x)}"><img class="thumb" src="{f}/{e(x)}" alt="{e(x)}"></a>'
-                for x in s["figures"]
+            figs = s["figures"]
+            thumb = (
+                f'<a href="{f}/index.html"><img class="thumb" src="{f}/{e(figs[0])}" '
+                f'alt="{e(figs[0])}"></a>'
+                if figs
+                else "&mdash;"
             )
             parts.append(
-                f'<tr><td><a href="{f}/index.html">{e(r["name"])}</a></td>'
-                f"<td>{e(r['paper'])} ({e(r['source'])})</td><td>{e(r['claim'])}</td>"
-                f'<td>{e(s["measured"])}</td><td class="{label}">{label}</td>'
-                f"<td>{thumbs or '&mdash;'}</td>"
-                f"<td>{e(_run_cell(r))}</td></tr>"
+                f'<tr><td><a href="{f}/index.html">{e(r["name"])}</a><br>'
+                f'<span class="cite">{e(r["paper"])} ({e(r["source"])})</span></td>'
+                f'<td title="{e(r["claim"])}">{e(_one_line(r["claim"]))}</td>'
+                f'<td class="{label}">{label}</td><td>{e(_key_number(s))}</td>'
+                f'<td>{thumb}</td><td class="cite">{e(_run_cell(r))}</td></tr>'
             )
         parts.append("</table>")
     else:
@@ -437,6 +470,26 @@ def _run_cell(r: dict) -> str:
     """ "quick, seed 0, 12.3 s, 2026-01-31 12:00" for the index's run column."""
     when = str(r.get("finished", ""))[:16].replace("T", " ")
     return f"{r['mode']}, seed {r['seed']}, {r['wall_time']:.1f} s, {when}"
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    """The first sentence of ``text``, cut at ``limit`` characters (with "…")."""
+    text = " ".join(str(text).split())
+    first = text.split(". ", 1)[0]
+    if first != text and not first.endswith("."):
+        first += "."
+    if len(first) > limit:
+        first = first[: limit - 1].rsplit(" ", 1)[0] + "…"
+    return first
+
+
+def _key_number(summary: dict) -> str:
+    """The summary's deciding number, else the start of what it measured."""
+    return summary.get("key_number") or _one_line(summary["measured"], limit=120)
+
+
+def _any_quick(records: list[dict]) -> bool:
+    return any(r.get("mode") == "quick" for r in records)
 
 
 def _plural(n: int) -> str:

@@ -69,6 +69,7 @@ from robustep.experiments.parallel import (
     use_jobs,
 )
 from robustep.experiments.report import (
+    QUICK_MODE_NOTE,
     STATUS_FAILED,
     STATUS_NO_DATA,
     STATUS_OK,
@@ -639,6 +640,8 @@ def reproduce(
         f"{len(records) - n_fail - n_nodata} ok, {n_nodata} lacked data, {n_fail} failed. "
         f"Report: {out / 'index.html'}"
     )
+    if mode == "quick":
+        line += "\n" + QUICK_MODE_NOTE
     if n_fail:
         failed = ", ".join(r.name for r in records if r.status == STATUS_FAILED)
         line += f"\nFAILED: {failed} (tracebacks in {out}/<name>/traceback.txt)"

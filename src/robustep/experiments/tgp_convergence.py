@@ -175,6 +175,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     return ExperimentSummary(
         measured=measured, agrees=agrees, tables=[table], figures=["convergence.png"], notes=notes,
         captions={"convergence.png": caption},
+        key_number=(
+            f"parallel EP (delta=0.5) {'fails' if par_fails else 'converges'}; robust EP and "
+            f"double loop {'converge' if robust_ok else 'do not both converge'}; fractional EP "
+            f"{'converges' if frac_ok else 'does not converge'}"
+        ),
     )  # fmt: skip
 
 

@@ -239,7 +239,7 @@ def run(config: dict, seed: int) -> dict:
         results["tilted"] = _tilted_2d(
             X, ys, 0.9, magnitude, df, scale, config["fig2_grid"], config["fig2_sweeps"]
         )
-        # Diagnosis (issue 12 §2): the same tilted distribution with a larger signal
+        # Diagnosis: the same tilted distribution with a larger signal
         # magnitude (sigma_se^2 = 3, the paper's Fig. 3 value for example 2), q wider.
         alt = _tilted_2d(X, ys, 0.9, 3.0, df, scale, config["fig2_grid"], config["fig2_sweeps"])
         results["tilted"]["magnitude_3"] = {
@@ -439,6 +439,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     why = _fig2_explanation(t, results["examples"])
     return ExperimentSummary(
         measured=measured,
+        key_number=(
+            f"ex. 1 TV to MCMC: EP {g('1', 'EP'):.2f} vs LA {g('1', 'LA'):.2f}, fVB "
+            f"{g('1', 'fVB'):.2f}; ex. 2 std EP {std.get(('2', 'EP'), float('nan')):.3f} vs fEP "
+            f"{std.get(('2', 'fEP'), float('nan')):.3f}; tilted modes at eta=1: {modes[0]}"
+        ),
         agrees=(
             True
             if (ex1_ok and ex2_ok and modes[0] >= 2)
