@@ -8,6 +8,12 @@ hyperparameters and the predictions on held-out inputs.
     python benchmarks/seam_regression.py --save benchmarks/results/seam_reference.json
     python benchmarks/seam_regression.py --check benchmarks/results/seam_reference.json
 
+``--speed`` times what a structural change must not slow down (best of repeats, one BLAS
+thread): the default GPClassifier and StudentTGPRegressor fits at n = 50 and 500, the
+sparse fits at n = 2e4 (m = 128, fixed kernel) and a sparse search (n = 2000, m = 32).  Run it
+with this tree and with an older one (``PYTHONPATH=OLD/src python benchmarks/seam_regression.py
+--speed``) in turns on an idle machine.
+
 ``--check`` refits the grid and compares it with the saved file: every array to a
 relative and absolute tolerance of ``--rtol`` (default 1e-8: the last digits move when
 BLAS sums in another order, e.g. after a change of thread count); it prints the worst
@@ -497,14 +503,63 @@ def compare(reference, records, rtol):
     return failures
 
 
+def speed():
+    """Best-of-repeats seconds of the fits named in the module docstring."""
+    rng = np.random.default_rng(0)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (50, 500):
+            X = rng.normal(size=(n, 2))
+            y = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(int)
+            t = X[:, 0] + 0.1 * rng.standard_normal(n)
+            t[:3] += 4
+            repeats = 5 if n == 50 else 2
+            out[f"GPClassifier n={n}"] = _best(GPClassifier(random_state=0), X, y, repeats)
+            out[f"StudentTGPRegressor n={n}"] = _best(
+                StudentTGPRegressor(random_state=0), X, t, repeats
+            )
+        n = 20000
+        X = rng.normal(size=(n, 4))
+        f = np.sin(X[:, 0]) + X[:, 1]
+        y = (f + 0.3 * rng.normal(size=n) > 0).astype(int)
+        t = f + 0.1 * rng.normal(size=n)
+        fixed = dict(inducing_points=128, optimizer=None, random_state=0)
+        out["sparse GPClassifier n=2e4 m=128 fixed"] = _best(
+            GPClassifier(_kernel(), **fixed), X, y, 2
+        )
+        out["sparse StudentTGPRegressor n=2e4 m=128 fixed"] = _best(
+            StudentTGPRegressor(_kernel(), **fixed), X, t, 2
+        )
+        out["sparse GPClassifier search n=2000 m=32"] = _best(
+            GPClassifier(inducing_points=32, random_state=0), X[:2000], y[:2000], 2
+        )
+    for name, seconds in out.items():
+        print(f"  {name:48s} {seconds:8.3f} s")
+    return out
+
+
+def _best(estimator, X, y, repeats):
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        estimator.fit(X, y)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--save", metavar="FILE")
     group.add_argument("--check", metavar="FILE")
+    group.add_argument("--speed", action="store_true")
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--only", default=None)
     args = parser.parse_args(argv)
+    if args.speed:
+        speed()
+        return 0
     start = time.perf_counter()
     records = run_grid(args.only)
     print(f"{len(records)} cases in {time.perf_counter() - start:.1f} s")
