@@ -1,6 +1,6 @@
 """Sparse (FITC) multinomial GP classification: accuracy against dense, memory at large n.
 
-Issue 14 §1, docs/derivations/multiclass.md §8.
+docs/derivations/multiclass.md §8.
 
 1. Accuracy: ``GPClassifier(multi_class="multinomial")`` dense against
    ``inducing_points=m`` (k-means start, hyperparameters and inducing inputs optimised) on

@@ -1,4 +1,4 @@
-"""Stress grid for every EP estimator and method (issue 15 §3).
+"""Stress grid for every EP estimator and method.
 
 A fixed grid of hard configurations -- extreme fixed hyperparameters (length-scales
 1e-3 ... 1e3, signal variances 1e-4 ... 1e4, ``optimizer=None``), duplicated and nearly

@@ -1,5 +1,5 @@
 """benchmarks/peers.py --quick runs, gives robustep's rows with finite numbers, and reports
-a peer that does not import as one "not installed" row (issue 16 §4).
+a peer that does not import as one "not installed" row.
 
 The peers (GPy, GPflow) are optional extras that CI never installs: the tests hide them
 (``sys.modules[name] = None``, which makes their import fail) whether or not they are

@@ -1,5 +1,5 @@
 """The quick stress grid (benchmarks/stress.py --quick) has no NaN/inf predictions, no
-silent non-convergence and no undocumented exception (issue 15 §3).
+silent non-convergence and no undocumented exception.
 
 The quick grid takes a few seconds (102 fits), so CI runs it by default; the full grid and
 its table are in docs/reliability.md.

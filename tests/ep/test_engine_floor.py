@@ -1,4 +1,4 @@
-"""The dense EP engine at its floor (issue 16 §3): mean sweeps, the O(n^2) shift update of
+"""The dense EP engine at its floor: mean sweeps, the O(n^2) shift update of
 the dense posterior, the prediction paths, and the classifier's fast label path.
 
 References: the plain engine (``mean_sweeps=0``) for the fixed points, a freshly

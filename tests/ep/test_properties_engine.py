@@ -1,4 +1,4 @@
-"""Property-based tests of the EP engine (issue 15 §2, second bullet).
+"""Property-based tests of the EP engine.
 
 For random PSD priors -- well conditioned, rank-deficient (K = A A^T with rank < n) and
 badly conditioned (long length-scales, condition numbers up to ~1e16) -- random targets,

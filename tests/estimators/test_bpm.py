@@ -13,7 +13,7 @@ from robustep.estimators.bpm import BayesPointMachine
 
 @parametrize_with_checks([BayesPointMachine()])
 def test_sklearn_compatible_defaults(estimator, check):
-    """The DEFAULT estimator passes every scikit-learn check (issue 12 §4)."""
+    """The DEFAULT estimator passes every scikit-learn check."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)

@@ -1,4 +1,4 @@
-"""Leave-one-out diagnostics from EP's cavities (robustep.diagnostics, issue 14 §2).
+"""Leave-one-out diagnostics from EP's cavities (robustep.diagnostics).
 
 Reference: brute-force leave-one-out, i.e. dense EP refitted on the n - 1 other points
 with the same (fixed) hyperparameters and its predictive density at the left-out point.

@@ -1,4 +1,4 @@
-"""Leave-one-out diagnostics of the multi-class GPClassifier (issue 14 §2).
+"""Leave-one-out diagnostics of the multi-class GPClassifier.
 
 The cavity of each c-dimensional site gives log p(y_i | y_-i) without a refit
 (robustep.diagnostics.multiclass_loo); checked against brute-force refits on the other

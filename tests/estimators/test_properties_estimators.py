@@ -1,4 +1,4 @@
-"""Property-based tests of the public estimators (issue 15 §2, third bullet).
+"""Property-based tests of the public estimators.
 
 For random valid inputs -- 2 to 14 samples, 1 to 3 features on scales 1e-2 to 1e2,
 repeated rows, labels of several types -- every estimator:

@@ -261,7 +261,7 @@ def test_fewer_inducing_points_equals_dense_ep_on_fitc_covariance(lik_name):
     Kt = prior.dense_covariance()
     res_s = _ep(prior, y, lik, tol=1e-10, max_iter=3000)
     # tol 1e-9 for the dense run: on this K~ (condition number ~4e5) its residual hovers at
-    # 1e-10 - 3e-10 (round-off) for tens of sweeps whichever path it took (issue 16 note)
+    # 1e-10 - 3e-10 (round-off) for tens of sweeps whichever path it took
     res_d = _ep(Kt, y, lik, tol=1e-9, max_iter=3000)
     if lik_name == "student-t":
         assert res_s.posterior.n_negative > 0

@@ -1,4 +1,4 @@
-"""Speed paths of tgp-benchmark (issue 12 §2) give the same numbers as the plain ones.
+"""Speed paths of tgp-benchmark give the same numbers as the plain ones.
 
 * the dense posterior's R = (K + T^-1)^-1 by dpotri and the block inverse equals the
   explicit inverse, with and without negative sites;

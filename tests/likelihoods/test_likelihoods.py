@@ -171,7 +171,7 @@ def test_student_t_second_derivative_can_be_positive():
 
 def test_student_t_derivatives_at_huge_residuals_are_their_limits():
     """A residual whose square overflows (a diverged Laplace step) gives d1, d2, d3 -> 0,
-    not inf / inf (issue 12: RuntimeWarnings in the full tgp-benchmark run)."""
+    not inf / inf (they raised RuntimeWarnings in the full tgp-benchmark run)."""
     lik = StudentT(1.5, 0.1)
     f = np.array([1e200, -1e200, 1e155, 3.0])
     with warnings.catch_warnings():

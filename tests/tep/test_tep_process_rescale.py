@@ -1,4 +1,4 @@
-"""Student-t process t-EP at a few hundred points (docs/derivations/tep.md §9, issue 12 §1).
+"""Student-t process t-EP at a few hundred points (docs/derivations/tep.md §9).
 
 The z-score-preserving rescaling and the adaptive step must leave EP's fixed points
 unchanged; the rescaling must make cold starts converge where plain parallel t-EP is
@@ -98,7 +98,7 @@ def test_rescaling_has_no_effect_for_gaussian_ep():
 
 
 def test_default_fit_at_250_points_converges_and_moves():
-    """Failed before issue 12 (EP blocked at the start: ConvergenceWarning, hyperparameters
+    """Failed with the former start (EP blocked at the start: ConvergenceWarning, hyperparameters
     never moved, 44% training accuracy)."""
     X, y = _synthetic(250)
     with warnings.catch_warnings():
