@@ -50,6 +50,9 @@ def main(quick, out):
             label="flipped label",
         )
         ax.set_title(f"{name}\ntest accuracy {model.score(X_test, y_test):.3f}", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("$x_1$")
+    axes[0].set_ylabel("$x_2$")
     axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "label_noise_classification.png"

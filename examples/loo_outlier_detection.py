@@ -45,7 +45,8 @@ def main(quick, out):
         f"{int(flagged.sum()) - hits} other points",
         fontsize=9,
     )
-    axes[1].set_xlabel("x")
+    axes[1].set_xlabel("input x")
+    axes[1].set_ylabel("|standardised LOO residual|")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     path = out / "loo_outlier_detection.png"

@@ -69,6 +69,9 @@ def main(quick, out):
         ax.set_title(
             f"{name}\naccuracy {model.score(Z_test, y_test):.3f}, log loss {loss:.3f}", fontsize=9
         )
+    for ax in axes:
+        ax.set_xlabel("$x_1$")
+    axes[0].set_ylabel("$x_2$")
     axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "multiclass_classification.png"

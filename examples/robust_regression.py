@@ -44,6 +44,8 @@ def main(quick, out):
     ax.plot(X[clean], y[clean], "k.", ms=4, label="data")
     ax.plot(X[outliers], y[outliers], "x", color="C1", label="outliers")
     ax.set_ylim(-3, 3)
+    ax.set_xlabel("input x")
+    ax.set_ylabel("target y")
     err_g = np.mean(np.abs(mean_g - truth))
     err_t = np.mean(np.abs(mean_t - truth))
     ax.set_title(

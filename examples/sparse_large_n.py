@@ -57,6 +57,8 @@ def main(quick, out):
         f"test accuracy (clean labels) {accuracy:.3f}",
         fontsize=9,
     )
+    ax.set_xlabel("$x_1$")
+    ax.set_ylabel("$x_2$")
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "sparse_large_n.png"
