@@ -1,4 +1,4 @@
-"""Test-session settings.
+"""Settings shared by every test run.
 
 Multithreaded BLAS is pathologically slow on the many small factorisations of
 these tests when the cores are busy (docs/performance.md#blas-threads), and

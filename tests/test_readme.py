@@ -1,7 +1,7 @@
 """The README works as written: its Python blocks run, its shell commands parse.
 
 The ```python blocks run one after the other in one namespace (as a reader pasting
-them into one session would); each command line of the ```sh blocks is checked
+them into one interpreter would); each command line of the ```sh blocks is checked
 without running it: ``robustep`` lines through the CLI's own parser, experiment
 names and ``--set`` keys against the registry, ``make`` lines against the
 Makefile's targets.  ```text blocks (synopses) are not checked.
