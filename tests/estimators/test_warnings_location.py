@@ -45,3 +45,14 @@ def test_process_classifier_warning_names_this_file():
     clf = StudentTProcessClassifier(optimizer=None, max_iter=1, tol=1e-14)
     caught = _caught(lambda: clf.fit(X, y))
     assert caught and all(w.filename == __file__ for w in caught)
+
+
+def test_regressor_convergence_warning_names_this_file():
+    from robustep import GPRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(25, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(25)
+    reg = GPRegressor(method="ep", optimizer=None, max_iter=1)
+    caught = _caught(lambda: reg.fit(X, y))
+    assert caught and all(w.filename == __file__ for w in caught)

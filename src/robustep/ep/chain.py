@@ -257,7 +257,7 @@ def failure_message(tried, tol, strategy=None):
     )
 
 
-def warn_if_not_converged(estimator, result, what, stacklevel=3):
+def warn_if_not_converged(estimator, result, what):
     """The classifiers' ConvergenceWarning after a fit that did not converge (dense or sparse).
 
     ``method="auto"`` already names every stage it tried in ``result.message``; an explicit

@@ -192,11 +192,11 @@ class BinaryFit:
     what: str
     advice: str
 
-    def warn_if_not_converged(self, estimator, stacklevel=2):
+    def warn_if_not_converged(self, estimator):
         """The ConvergenceWarning of a fit that did not converge (ep/chain.py)."""
         from robustep.ep.chain import warn_if_not_converged
 
-        warn_if_not_converged(estimator, self.result, self.what, stacklevel=stacklevel + 1)
+        warn_if_not_converged(estimator, self.result, self.what)
 
     def predict_latent(self, X, return_std=False):
         """Latent mean (m,) (and std (m,)) at validated X (m, d)."""

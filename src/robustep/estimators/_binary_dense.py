@@ -48,13 +48,15 @@ SEARCH_ADVICE = (
 
 
 def _numpy_kernel_gradient(kernel, X, options):
-    return kernel(X, eval_gradient=True)
+    K, K_gradient = kernel(X, eval_gradient=True)
+    return {"K": K}, K_gradient
 
 
 def _array_kernel_gradient(kernel, X, options):
     from robustep.kernels.array import kernel_matrix
 
-    return kernel_matrix(kernel, X, like=options["like"], eval_gradient=True)
+    K, K_gradient = kernel_matrix(kernel, X, like=options["like"], eval_gradient=True)
+    return {"K": K}, K_gradient
 
 
 def _numpy_latent(result, kernel, X_train, X, options):
@@ -83,9 +85,9 @@ def _array_ep_gradient(res, K_gradient, likelihood, y):
 def _low_rank_kernel_gradient(kernel, X, options):
     from robustep.posterior.low_rank import kernel_structure
 
-    # the prior is rebuilt from the kernel (O(n r)); the "gradient" is d and U's derivatives
-    _, _, dd, dU = kernel_structure(kernel, X, eval_gradient=True)
-    return None, (dd, dU)
+    # the "gradient" is d and U's derivatives
+    d, U, dd, dU = kernel_structure(kernel, X, eval_gradient=True)
+    return {"diagonal": d, "factor": U}, (dd, dU)
 
 
 def _low_rank_ep_gradient(res, structure_gradient, likelihood, y):
@@ -97,8 +99,9 @@ def _low_rank_ep_gradient(res, structure_gradient, likelihood, y):
 @dataclass(frozen=True)
 class _Representation:
     """A prior representation of the dense core: its make_prior name and options,
-    ``kernel_gradient(kernel, X, options) -> (K or None, gradient)`` (K handed to make_prior
-    when not None; the gradient in the layout ``ep_gradient`` takes), the EP evidence
+    ``kernel_gradient(kernel, X, options) -> (prior options, gradient)`` (the options built
+    with the gradient, K or d and U, handed to make_prior; the gradient in the layout
+    ``ep_gradient`` takes), the EP evidence
     gradient ``ep_gradient(result, gradient, likelihood, y) -> (p,)`` and the latent
     predictive ``latent(result, kernel, X_train, X, options) -> (mean, var)``."""
 
@@ -151,10 +154,10 @@ class DenseBinaryCore(BinaryCore):
         self.kernel = kernel
         self.rep = rep
 
-    def prior(self, kernel, K=None):
-        """The prior of ``kernel`` at X in this core's representation (of ``K`` if given)."""
-        options = self.rep.options if K is None else {**self.rep.options, "K": K}
-        return make_prior(kernel, self.X, self.rep.name, **options)
+    def prior(self, kernel, built=None):
+        """The prior of ``kernel`` at X in this core's representation; ``built``: the prior
+        options computed with the gradient (K, or d and U), so nothing is built twice."""
+        return make_prior(kernel, self.X, self.rep.name, **{**self.rep.options, **(built or {})})
 
     def infer(self, prior, init=None):
         """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`)."""
@@ -171,10 +174,10 @@ class DenseBinaryCore(BinaryCore):
             # a warm start that is invalid for the new hyperparameters restarts from the
             # prior: an internal detail of the optimisation, not a problem of the user's
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
-            K = K_gradient = None
+            built = K_gradient = None
             if eval_gradient:  # K and dK from one kernel evaluation
-                K, K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
-            prior = self.prior(kernel, K)
+                built, K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
+            prior = self.prior(kernel, built)
             res = self.infer(prior, init=init)
             value = log_evidence(res)
             if search and not (np.isfinite(value) and is_search_evidence(res)):

@@ -26,6 +26,7 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
+from robustep._warnings import warn
 from robustep.estimators._multinomial import MultinomialCore, multinomial_supported
 
 __all__ = ["MultinomialFit", "OneVsRestFit", "fit_multiclass", "n_distinct_classes"]
@@ -152,17 +153,16 @@ class _MulticlassFit:
     def __init__(self, attributes):
         self.attributes = attributes
 
-    def warn_if_not_converged(self, estimator, stacklevel=2):
+    def warn_if_not_converged(self, estimator):
         """The ConvergenceWarning of a fit (fitted ``estimator``) that did not converge."""
         if estimator.converged_:
             return
-        warnings.warn(
+        warn(
             f"{estimator.multi_class_} {estimator.method} inference on "
             f"{len(estimator.classes_)} classes did not converge ({estimator.n_iter_} "
             f"iterations, max_iter={estimator.max_iter}, tol={estimator.tol}); the last "
             f"finite state is kept. Try {self.hint}.",
             ConvergenceWarning,
-            stacklevel=stacklevel,
         )
 
     def predict_index(self, X):

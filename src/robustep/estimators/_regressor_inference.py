@@ -24,7 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep.estimators import _device
 from robustep.likelihoods import Gaussian, Likelihood, StudentT
-from robustep.posterior import DensePrior
+from robustep.posterior.factory import make_prior
 
 METHODS = ("auto", "ep", "fractional", "laplace", "vb", "fvb", "mcmc", "gaussian")
 #: methods that need tilted moments (any likelihood has them)
@@ -200,11 +200,9 @@ class InferenceCore:
         from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
 
         if isinstance(K, np.ndarray):
-            # K comes from a scikit-learn kernel (symmetric PSD by construction): skip the
-            # engine's O(n^3) PSD check, once per optimiser evaluation
-            if not np.all(np.isfinite(K)):
-                raise ValueError("K contains NaN or inf; check the kernel")
-            K = DensePrior(K, check=False)
+            # K comes from a scikit-learn kernel (symmetric PSD by construction): the dense
+            # prior without the engine's O(n^3) PSD check, once per optimiser evaluation
+            K = make_prior(None, None, "dense", K=K)
         # a search run never starts the double loop and has bounded work
         strategy = (
             InferenceStrategy.search_run(max_iter) if search else InferenceStrategy.auto(max_iter)

@@ -153,7 +153,7 @@ def is_search_evidence(result) -> bool:
     return bool(result.converged) and getattr(result, "method_used", None) != "power"
 
 
-def warn_if_stuck(search, advice, stacklevel=3):
+def warn_if_stuck(search, advice):
     """A ConvergenceWarning when ``search`` (a SearchResult or None) learnt nothing.
 
     advice : what the user can change through the estimator's parameters.

@@ -360,7 +360,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         for name, value in state.attributes.items():
             setattr(self, name, value)
         self._state = state
-        state.warn_if_not_converged(self, stacklevel=3)
+        state.warn_if_not_converged(self)
         warn_if_stuck(self.optimizer_result_, state.advice)
         return self
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
@@ -26,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
+from robustep._warnings import warn
 from robustep.estimators import _device
 from robustep.estimators import _regressor_predictive as predictive
 from robustep.estimators._regressor_fit import SearchSettings, fit_dense, fit_fvb, fit_mcmc
@@ -381,13 +381,12 @@ class GPRegressor(RegressorMixin, BaseEstimator):
                 f"{n} = {value:.3g} is at its {side} bound {bound:.3g}"
                 for n, side, value, bound in fit.at_bounds
             )
-            warnings.warn(
+            warn(
                 f"{name}(method={self.method!r}): optimised hyperparameters ended on their "
                 f"bounds ({text}). The fit may be degenerate (too few or constant data); "
                 "widen the bounds (the kernel's bounds, or likelihood_bounds={name: "
                 "(low, high)} for the likelihood's parameters) or add data and fit again.",
                 ConvergenceWarning,
-                stacklevel=3,
             )
         self.kernel_ = best.kernel
         self._set_likelihood_attributes(best.likelihood)
@@ -439,11 +438,10 @@ class GPRegressor(RegressorMixin, BaseEstimator):
                     comps, fit.weights, self._y, self._y_mean, self._y_std
                 )
             except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
-                warnings.warn(
+                warn(
                     f"{type(self).__name__}: leave-one-out diagnostics are unavailable for this "
                     f"fit ({type(err).__name__}: {err}); the fitted model is unaffected",
                     UserWarning,
-                    stacklevel=4,
                 )
             else:
                 for key, value in loo.items():
@@ -452,29 +450,26 @@ class GPRegressor(RegressorMixin, BaseEstimator):
     def _warn_about_fit(self, fit):
         name = f"{type(self).__name__}(method={self.method!r})"
         if fit.search_failed:
-            warnings.warn(
+            warn(
                 f"{name}: the hyperparameter search found no point where the inference "
                 "converged, so the hyperparameters were not optimised (converged_ is False); "
                 "try a larger noise scale, method='auto' or method='fractional'",
                 ConvergenceWarning,
-                stacklevel=4,
             )
         elif any(search.stuck_reason() for search in fit.searches):
             warn_if_stuck(
                 next(search for search in fit.searches if search.stuck_reason()),
                 "pass another starting kernel or likelihood, or set n_restarts_optimizer > 0",
-                stacklevel=5,
             )
         elif not self.converged_ and self.method == "auto":
             msgs = [c.res.message for c in fit.components if not c.res.converged]
-            warnings.warn(f"{type(self).__name__}: {msgs[0]}", ConvergenceWarning, stacklevel=4)
+            warn(f"{type(self).__name__}: {msgs[0]}", ConvergenceWarning)
         elif not self.converged_:
-            warnings.warn(
+            warn(
                 f"{name}: the posterior approximation did not converge; results may be "
                 "inaccurate (try fixing the likelihood's shape parameters, a larger noise "
                 "scale, or method='fractional')",
                 ConvergenceWarning,
-                stacklevel=4,
             )
 
     # -------------------------------------------------------------- predict
