@@ -2,7 +2,8 @@
 
 Estimators (scikit-learn API): :class:`GPClassifier`, :class:`GPRegressor`,
 :class:`StudentTGPRegressor`,
-:class:`BayesPointMachine`, :class:`StudentTProcessClassifier`.  Engines:
+:class:`BayesPointMachine`, :class:`StudentTProcessClassifier`; :class:`StochasticLearner`,
+the minibatch learner of their sparse models.  Engines:
 :func:`robustep.ep.expectation_propagation`, :mod:`robustep.tep`,
 :func:`robustep.mrf.belief_propagation`.  See the README for a quick start and
 docs/architecture.md for the design.
@@ -13,6 +14,7 @@ from robustep.estimators import (
     BayesPointMachine,
     GPClassifier,
     GPRegressor,
+    StochasticLearner,
     StudentTGPRegressor,
     StudentTProcessClassifier,
 )
@@ -23,6 +25,7 @@ __all__ = [
     "BayesPointMachine",
     "GPClassifier",
     "GPRegressor",
+    "StochasticLearner",
     "StudentTGPRegressor",
     "StudentTProcessClassifier",
     "__version__",

@@ -110,6 +110,13 @@ class Settings:
         The engine's O(n^2) mean sweeps stop once the mean mismatch is below this fraction
         of the largest proposed change of a site precision (``python benchmarks/engine.py``;
         docs/derivations/engine_floor.md).
+    stochastic_learner_min_n : int >= 1 or None
+        ``learner="auto"`` of the sparse estimators (``inducing_points`` with the built-in
+        optimizer) learns the kernel and the inducing inputs with the stochastic learner
+        (:class:`robustep.StochasticLearner`) from this many training points on, with the
+        full-batch evidence search below; None: always the full-batch search.  Measured
+        (docs/guide/large-data.md, "Learning at scale"): the full-batch search takes
+        longer than the stochastic learner's default from about 10⁴ points.
     """
 
     jitter: float = 1e-10
@@ -130,6 +137,7 @@ class Settings:
     sparse_first_max_iter: int = 100
     stall_patience: int = 5
     mean_sweep_fraction: float = 0.3
+    stochastic_learner_min_n: int | None = 10_000
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -142,6 +150,9 @@ class Settings:
             isinstance(sm, numbers.Integral) and not isinstance(sm, bool) and sm >= 1
         ):
             raise ValueError(f"subset_start_min_n must be a positive integer or None, got {sm!r}")
+        sl = self.stochastic_learner_min_n
+        if sl is not None:
+            _check_integer("stochastic_learner_min_n", sl, 1)
         for name in ("search_tol", "search_ftol"):
             _check_real(name, getattr(self, name), positive=True)
         _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)

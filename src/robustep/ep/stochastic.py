@@ -25,6 +25,7 @@ the data except the per-epoch refresh of per-point sites.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -368,8 +369,8 @@ class StochasticEPResult:
     site_precision, site_shift : (n,) per-point sites (β_i, γ_i) on h_i, or None (tied).
     history : list of dicts per epoch: ``epoch``, ``step``, ``energy`` (mean of the
         minibatch estimates over the epoch), ``time`` (s since the start), ``skipped``.
-    n_steps : minibatch steps taken; stopped : "n_epochs", "max_steps", "max_time" or
-        "callback".
+    n_steps : minibatch steps taken (over every run continued through ``state``);
+        stopped : "n_epochs", "max_steps", "max_time" or "callback".
     """
 
     kernel: object
@@ -385,6 +386,7 @@ class StochasticEPResult:
     n_steps: int
     stopped: str
     _sites: _Sites = dataclasses.field(repr=False, default=None)
+    _adam: _Adam = dataclasses.field(repr=False, default=None)
 
     def predict(self, X_new):
         """FITC predictive of the latent f at X_new (k, d) (eq. S10): (mean (k,), var (k,))."""
@@ -430,6 +432,8 @@ def fit_stochastic_ep(
     callback: Callable | None = None,
     max_time=None,
     keep_best=False,
+    state: StochasticEPResult | None = None,
+    n_data=None,
 ) -> StochasticEPResult:
     """Stochastic power EP with minibatch learning of θ, the likelihood parameters and Z.
 
@@ -456,7 +460,9 @@ def fit_stochastic_ep(
         times δ; δ > 1 is allowed there and makes the tied site follow faster).
     tied_sites : True: one average site (memory O(m²)); False: one site per point (O(n)).
     learn_kernel, learn_likelihood, learn_inducing : which parameters take gradient steps
-        (all False: EP at fixed hyperparameters).
+        (all False: EP at fixed hyperparameters).  ``learn_likelihood`` may also name the
+        likelihood parameters that are learned (a sequence of names from its
+        ``hyperparameter_names``); the others keep their values.
     site_steps : site updates on each minibatch before its gradient step.
     jitter : added to the diagonal of K_mm (a constant: it does not enter the gradient).
     random_state : int or numpy Generator, for the minibatch order.
@@ -467,6 +473,14 @@ def fit_stochastic_ep(
     keep_best : return the state after the epoch with the highest energy estimate instead
         of the last one (the estimates are minibatch averages: noisy, and biased towards
         early epochs while the sites lag behind the parameters).
+    state : a previous :class:`StochasticEPResult` to continue from: its sites, Adam
+        moments and step count (the learning-rate schedule goes on from there).  Pass its
+        ``kernel``, ``likelihood`` and ``inducing_inputs`` as the starting values; the site
+        structure (``tied_sites``) must be the same, and per-point sites need the same X.
+    n_data : tied sites only: the number of data points the average site stands for
+        (q = p f̄^n_data; the minibatch energy is scaled by n_data / |B|).  Default n;
+        a stream (``partial_fit``) passes the number of points seen so far, of which X is
+        the newest batch.
 
     Returns
     -------
@@ -493,20 +507,23 @@ def fit_stochastic_ep(
     rng = np.random.default_rng(random_state)
     steps_per_epoch = int(np.ceil(n / b_size))
     lr_at = _schedule(learning_rate, lr_decay_epochs * steps_per_epoch)
-    learning = learn_kernel or learn_likelihood or learn_inducing
+    lik_mask = _likelihood_mask(likelihood, learn_likelihood)
+    learning = bool(learn_kernel or np.any(lik_mask) or learn_inducing)
+    n_sites = _sites_count(n, n_data, tied_sites)
 
     if tied_sites:
-        sites = _Sites(True, n, np.zeros((m, m)), np.zeros(m))
+        sites = _Sites(True, n_sites, np.zeros((m, m)), np.zeros(m))
     else:
         sites = _Sites(False, n, np.zeros((m, m)), np.zeros(m), np.zeros(n), np.zeros(n))
 
     p_k, p_l = kernel.theta.size, likelihood.get_log_params().size
     x = np.concatenate([kernel.theta, likelihood.get_log_params(), Z.ravel()])
     mask = np.concatenate(
-        [np.full(p_k, bool(learn_kernel)), np.full(p_l, bool(learn_likelihood)),
-         np.full(Z.size, bool(learn_inducing))]
-    )  # fmt: skip
-    adam = _Adam(x.size)
+        [np.full(p_k, bool(learn_kernel)), lik_mask, np.full(Z.size, bool(learn_inducing))]
+    )
+    adam, t_start = _Adam(x.size), 0
+    if state is not None:
+        sites, adam, t_start = _continued(state, tied_sites, n, n_sites, m, x.size, adam)
 
     def unpack(x):
         return (
@@ -515,7 +532,7 @@ def fit_stochastic_ep(
             x[p_k + p_l :].reshape(m, -1),
         )
 
-    def snapshot(x, sites, history, t, stopped):
+    def snapshot(x, sites, history, t, stopped, adam=adam):
         k, lik, Zc = unpack(x)
         frame = _Frame(k, Zc, jitter)
         q = _Gauss(frame, *sites.q_natural())
@@ -525,10 +542,11 @@ def fit_stochastic_ep(
             mean=q.mean, cov=q.S,
             site_precision=None if s.tied else s.beta, site_shift=None if s.tied else s.gamma,
             history=list(history), n_steps=t, stopped=stopped, _sites=s,
+            _adam=copy.deepcopy(adam),
         )  # fmt: skip
 
     t0 = time.perf_counter()
-    history, best, best_energy, t = [], None, -np.inf, 0
+    history, best, best_energy, t = [], None, -np.inf, t_start
     stopped = "n_epochs"
     for epoch in range(int(n_epochs)):
         cur_k, cur_lik, cur_Z = unpack(x)
@@ -573,12 +591,56 @@ def fit_stochastic_ep(
         }  # fmt: skip
         history.append(record)
         if keep_best and np.isfinite(record["energy"]) and record["energy"] > best_energy:
-            best_energy, best = record["energy"], (x.copy(), sites.copy(), t)
+            best_energy, best = record["energy"], (x.copy(), sites.copy(), t, copy.deepcopy(adam))
         if callback is not None and callback(snapshot(x, sites, history, t, "running"), record):
             stopped = "callback"
             break
         if stopped in ("max_steps", "max_time"):
             break
     if keep_best and best is not None:
-        x, sites, _ = best
-    return snapshot(x, sites, history, t, stopped)
+        x, sites, _, adam = best
+    return snapshot(x, sites, history, t, stopped, adam)
+
+
+def _likelihood_mask(likelihood, learn_likelihood):
+    """(q,) bool: which of the likelihood's log parameters take gradient steps."""
+    names = tuple(likelihood.hyperparameter_names)
+    if isinstance(learn_likelihood, (bool, np.bool_)):
+        return np.full(len(names), bool(learn_likelihood))
+    chosen = set(learn_likelihood)
+    unknown = sorted(chosen - set(names))
+    if unknown:
+        raise ValueError(
+            f"learn_likelihood names {unknown}, which {type(likelihood).__name__} does not "
+            f"have; its parameters are {list(names)}"
+        )
+    return np.array([name in chosen for name in names], dtype=bool)
+
+
+def _sites_count(n, n_data, tied_sites):
+    """The number of data points the sites stand for (``n_data``, tied sites only)."""
+    if n_data is None:
+        return n
+    if not tied_sites:
+        raise ValueError("n_data applies to tied sites (tied_sites=True) only")
+    if int(n_data) < n:
+        raise ValueError(f"n_data must be at least the number of rows of X ({n}), got {n_data}")
+    return int(n_data)
+
+
+def _continued(state, tied_sites, n, n_sites, m, size, adam):
+    """(sites, Adam, step count) of a run that continues ``state``."""
+    sites = state._sites
+    if sites is None or sites.tied != bool(tied_sites) or sites.Lam.shape != (m, m):
+        raise ValueError(
+            "state must be a StochasticEPResult with the same site structure (tied_sites) and "
+            "number of inducing inputs as this run"
+        )
+    sites = sites.copy()
+    if sites.tied:
+        sites.n = n_sites
+    elif sites.n != n:
+        raise ValueError("per-point sites continue on the same X only (same number of rows)")
+    if state._adam is not None and state._adam.m.size == size:
+        adam = copy.deepcopy(state._adam)
+    return sites, adam, int(state.n_steps)

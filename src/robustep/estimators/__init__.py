@@ -1,5 +1,6 @@
 """scikit-learn estimators built on the EP engines."""
 
+from robustep.estimators._learner import StochasticLearner
 from robustep.estimators.bpm import BayesPointMachine
 from robustep.estimators.gp_classifier import GPClassifier
 from robustep.estimators.gp_regressor import GPRegressor
@@ -10,6 +11,7 @@ __all__ = [
     "BayesPointMachine",
     "GPClassifier",
     "GPRegressor",
+    "StochasticLearner",
     "StudentTGPRegressor",
     "StudentTProcessClassifier",
 ]

@@ -15,12 +15,13 @@ S14; power EP: P10, P11).  Predictions are made in row batches (O(batch m) memor
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.estimators import _sparse
+from robustep.estimators import _learner, _sparse
 from robustep.estimators._binary import BinaryCore, BinaryFit, fitted_attributes, run_inference
 from robustep.posterior.factory import make_prior
 
@@ -139,14 +140,26 @@ class SparseBinaryCore(BinaryCore):
         kernel, _, Z = space.unpack(search.x)
         return search, kernel, Z
 
+    def learn_full_batch(self, kernel, Z, opt_Z):
+        """The full-batch learner's run: :meth:`search`, as a
+        :class:`~robustep.estimators._learner.Learned` with its sites as the warm start."""
+        search, kernel, Z = self.search(kernel, Z, opt_Z)
+        warm = None
+        if search.state is not None:
+            warm = (search.state.site_precision, search.state.site_shift)
+        return _learner.Learned(kernel, self.likelihood, Z, search, warm)
 
-def fit_sparse(params, X, y, likelihood, kernel):
+
+def fit_sparse(params, X, y, likelihood, kernel, learner=None):
     """Fit the sparse binary model (after validation); returns its :class:`BinaryFit`.
 
     Parameters
     ----------
     params : the classifier's parameters; X : (n, d) float array or dask.array;
-    y : (n,) labels ±1; likelihood : the likelihood object; kernel : the starting kernel.
+    y : (n,) labels ±1; likelihood : the likelihood object; kernel : the starting kernel;
+    learner : what learns the kernel and Z with an optimizer
+        (:func:`robustep.estimators._learner.resolve`; None: the full-batch evidence
+        search).  The posterior is then one EP fit at the learned values either way.
     """
     from robustep._config import blas_thread_limit
 
@@ -158,12 +171,16 @@ def fit_sparse(params, X, y, likelihood, kernel):
     Z = _sparse.resolve_inducing_points(params.inducing_points, X, params.random_state)
     core = SparseBinaryCore(params, X, y, likelihood, _sparse.fixed_jitter(kernel, Z), alpha)
     opt_Z = bool(params.optimize_inducing)
-    search, init = None, None
+    learned, init = None, None
     with blas_thread_limit(X.shape[0]):
         if params.optimizer is not None and (kernel.n_dims > 0 or opt_Z):
-            search, kernel, Z = core.search(kernel, Z, opt_Z)
-            if search.state is not None:
-                init = (search.state.site_precision, search.state.site_shift)
+            problem = _learner.LearningProblem(
+                kernel, X, y, likelihood, Z, alpha, core.jitter, learn_kernel=True,
+                learn_inducing=opt_Z, learn_likelihood=(), random_state=params.random_state,
+                search=lambda: core.learn_full_batch(kernel, Z, opt_Z),
+            )  # fmt: skip
+            learned = (learner or _learner.FullBatchLearner()).learn(problem)
+            kernel, Z, init = learned.kernel, learned.Z, learned.warm
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
@@ -172,8 +189,121 @@ def fit_sparse(params, X, y, likelihood, kernel):
     res = res if alpha == 1.0 else res.latent_view()
     Z = np.array(Z, dtype=float)
     attrs = fitted_attributes(params, res, likelihood, y)
-    attrs.update(kernel_=kernel, inducing_points_=Z, optimizer_result_=search)
+    attrs.update(kernel_=kernel, inducing_points_=Z,
+                 optimizer_result_=None if learned is None else learned.search)  # fmt: skip
+    attrs.update(_learner.fitted_attributes(learned))
 
     eps = None if params.likelihood == "probit" else float(params.label_noise)
     return BinaryFit(kernel, res, attrs, core, eps, f"sparse {params.method}",
                      _sparse.SEARCH_ADVICE)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- streaming
+class StreamCore:
+    """The predictor of a ``partial_fit`` stream: the FITC predictive from the stochastic
+    learner's q(u) (:class:`~robustep.estimators._learner.InducingPosterior`)."""
+
+    def latent(self, fit, X):
+        """Latent predictive mean and variance (k,) at X (k, d), in row batches."""
+        return _sparse.latent_moments(fit.result, fit.kernel,
+                                      fit.attributes["inducing_points_"], X)  # fmt: skip
+
+    def evidence(self, fit, theta, eval_gradient=False):
+        raise ValueError(
+            "log_marginal_likelihood(theta) needs the training data, which partial_fit does "
+            "not keep; log_marginal_likelihood_value_ is the last batch's energy estimate, or "
+            "fit the estimator on all the data with fit"
+        )
+
+
+@dataclass
+class Stream:
+    """What ``partial_fit`` carries from one call to the next: ``classes`` (2,), the
+    learner, the K_mm jitter, the points seen, the stochastic run to continue
+    (``Learned``) and the :class:`BinaryFit` that predicts."""
+
+    classes: np.ndarray
+    learner: object
+    jitter: float
+    n_seen: int
+    learned: object
+    fit: BinaryFit
+
+
+def check_stream(est, classes):
+    """Raise ValueError when ``est.partial_fit`` cannot start a stream."""
+    if est.inducing_points is None:
+        raise ValueError(
+            "partial_fit learns the sparse model: pass inducing_points (an int m or an "
+            "(m, n_features) array)"
+        )
+    if classes is None:
+        raise ValueError(
+            "the first call of partial_fit needs classes, the two labels of the stream (e.g. "
+            "classes=[0, 1])"
+        )
+    if np.unique(np.asarray(classes)).size != 2:
+        raise ValueError(f"partial_fit is binary: classes must hold two labels, got {classes!r}")
+    if est.method not in ("auto", "ep"):
+        raise ValueError(
+            f"partial_fit runs stochastic power EP: method must be 'auto' or 'ep', got "
+            f"{est.method!r}"
+        )
+
+
+def partial_fit(est, stream, X, y, classes):
+    """One ``partial_fit`` step of GPClassifier ``est`` on a validated batch X (b, d),
+    y (b,); ``stream`` is the previous :class:`Stream` (None on the first call).  Returns
+    the next :class:`Stream`; writes nothing onto ``est``."""
+    from sklearn.base import clone
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from robustep.ep.pseudo_point import check_inducing_power
+    from robustep.estimators._binary import make_likelihood
+
+    params = SimpleNamespace(**est.get_params(deep=False))
+    if stream is None:
+        classes = np.unique(np.asarray(classes))
+        learner = est.learner if isinstance(est.learner, _learner.StochasticLearner) else None
+        learner = _learner.StochasticLearner() if learner is None else clone(learner)
+        kernel = ConstantKernel(1.0) * RBF(1.0) if est.kernel is None else clone(est.kernel)
+        likelihood = make_likelihood(params)
+        if est.optimizer is not None and est.optimize_inducing:
+            _sparse.check_inducing_gradient(params, kernel)
+        Z = _sparse.resolve_inducing_points(est.inducing_points, X, est.random_state)
+        jitter, n_seen, previous = _sparse.fixed_jitter(kernel, Z), 0, None
+    else:
+        classes, learner, jitter = stream.classes, stream.learner, stream.jitter
+        n_seen, previous = stream.n_seen, stream.learned.state
+        kernel, likelihood, Z = previous.kernel, previous.likelihood, previous.inducing_inputs
+    unknown = np.setdiff1d(np.unique(y), classes)
+    if unknown.size:
+        raise ValueError(
+            f"y has labels {unknown.tolist()} that are not among classes "
+            f"{classes.tolist()} given to the first partial_fit call"
+        )
+    y_pm = np.where(y == classes[1], 1.0, -1.0)
+    n_seen += X.shape[0]
+    problem = _learner.LearningProblem(
+        kernel, X, y_pm, likelihood, Z, check_inducing_power(est.inducing_power), jitter,
+        learn_kernel=est.optimizer is not None,
+        learn_inducing=est.optimizer is not None and bool(est.optimize_inducing),
+        learn_likelihood=(), random_state=est.random_state,
+    )  # fmt: skip
+    learned = _learner.continue_stream(learner, problem, previous, n_seen)
+    run = learned.state
+    attrs = {
+        "kernel_": run.kernel,
+        "inducing_points_": np.array(run.inducing_inputs, dtype=float),
+        "converged_": True,
+        "n_iter_": int(run.n_steps),
+        "log_marginal_likelihood_value_": float(learned.search.log_evidence),
+        "method_used_": "stochastic",
+        "optimizer_result_": learned.search,
+        **_learner.fitted_attributes(learned),
+        "classes_": classes,
+    }
+    eps = None if est.likelihood == "probit" else float(est.label_noise)
+    fit = BinaryFit(run.kernel, _learner.InducingPosterior(run), attrs, StreamCore(), eps,
+                    "stochastic ep", _sparse.SEARCH_ADVICE)  # fmt: skip
+    return Stream(classes, learner, jitter, n_seen, learned, fit)

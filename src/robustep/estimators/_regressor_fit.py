@@ -38,7 +38,8 @@ class RegressorFit:
     posterior weights; searches : the evidence searches run (``optimizer_result_``);
     search_failed : no evaluation of some search succeeded; at_bounds : [(name, side,
     value, bound)] of optimised hyperparameters on a bound; inducing_points : (m, d) or
-    None; df_grid : EP3's grid or None; mcmc : the MCMC result or None.
+    None; df_grid : EP3's grid or None; mcmc : the MCMC result or None; learned : what the
+    sparse model's learner left (:class:`~robustep.estimators._learner.Learned`) or None.
     """
 
     components: list
@@ -49,6 +50,7 @@ class RegressorFit:
     inducing_points: np.ndarray | None = None
     df_grid: np.ndarray | None = None
     mcmc: object = None
+    learned: object = None
 
     def add_search(self, outcome):
         """Record a :class:`~robustep.estimators._regressor_search.SearchOutcome`."""

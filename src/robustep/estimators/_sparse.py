@@ -24,13 +24,16 @@ its gradient (P10, P11).  α = 1 (the default) keeps the FITC code path unchange
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep._config import get_config
+from robustep.estimators import _learner
 from robustep.estimators._optimizer import bounds_array
 from robustep.estimators._search import (
     Evaluation,
@@ -365,9 +368,13 @@ def check_regressor(est):
 
 
 def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
-                  optimize_inducing=True):  # fmt: skip
+                  optimize_inducing=True, learner=None, score_offset=0.0):  # fmt: skip
     """Sparse regressor fit (targets already standardised in ``core.y``); returns a
     :class:`robustep.estimators._regressor_fit.RegressorFit` with ``inducing_points``.
+
+    learner : what learns (θ, the likelihood's free parameters, Z) with an optimizer
+    (:func:`robustep.estimators._learner.resolve`; None: the full-batch search below);
+    score_offset : added to the stochastic learner's held-out log density (target units).
 
     core : the :class:`~robustep.estimators._regressor_inference.InferenceCore`; space :
     the likelihood's :class:`~robustep.estimators._regressor_search.LikelihoodSpace`;
@@ -427,7 +434,8 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
     lik = space.likelihood
     fit = RegressorFit([], np.ones(1))
     warm = None
-    if settings.optimizer is not None:
+
+    def full_batch(kernel=kernel, Z=Z):
         p = kernel.theta.size
         n_lik = len(space.free)
         search_space = SearchSpace(infer, gradient, kernel, Z, n_lik, opt_Z)
@@ -445,12 +453,21 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
             optimizer=settings.optimizer, callable_bounds=full_bounds,
         )  # fmt: skip
         x = search.x
-        fit.searches.append(search)
         fit.search_failed = not search.success
         fit.at_bounds = at_bounds(hyperparameter_names(kernel, space), x, bounds)
         kernel, lp, Z = search_space.unpack(x)
-        lik = space.unpack(lp)
-        warm = search.state
+        return _learner.Learned(kernel, space.unpack(lp), Z, search, search.state)
+
+    if settings.optimizer is not None:
+        problem = _learner.LearningProblem(
+            kernel, X, y, lik, Z, alpha, jitter, learn_kernel=True, learn_inducing=opt_Z,
+            learn_likelihood=space.free, random_state=rng, search=full_batch, classifier=False,
+            score_offset=score_offset,
+        )  # fmt: skip
+        fit.learned = (learner or _learner.FullBatchLearner()).learn(problem)
+        fit.searches.append(fit.learned.search)
+        kernel, lik, Z, warm = (fit.learned.kernel, fit.learned.likelihood, fit.learned.Z,
+                                fit.learned.warm)  # fmt: skip
     res = infer_at(kernel, Z, lik, warm, settings.max_iter, settings.tol)
     if alpha < 1.0:
         view = res.latent_view()
@@ -459,3 +476,81 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
     fit.inducing_points = np.array(Z, dtype=float)
     fit.components = [Component(kernel, lik, res)]
     return fit
+
+
+# --------------------------------------------------------------------------- streaming
+@dataclass
+class RegressorStream:
+    """What a regressor's ``partial_fit`` carries between calls: the target
+    standardisation, the learner, the likelihood's search space, the K_mm jitter, the
+    points seen, the starting (kernel, likelihood, Z) of the first call, the inference
+    core (for the noise model of predictions), the last
+    :class:`~robustep.estimators._learner.Learned` (None before the first batch) and the
+    :class:`~robustep.estimators._regressor_fit.RegressorFit` that predicts."""
+
+    y_mean: float
+    y_std: float
+    learner: object
+    space: object
+    jitter: float
+    n_seen: int
+    start: tuple
+    core: object
+    learned: object = None
+    fit: object = None
+
+
+def check_stream(est):
+    """Raise ValueError when a regressor's ``partial_fit`` cannot start a stream."""
+    if est.inducing_points is None:
+        raise ValueError(
+            "partial_fit learns the sparse model: pass inducing_points (an int m or an "
+            "(m, n_features) array)"
+        )
+    if est.method not in TGP_POWER_METHODS:
+        raise ValueError(
+            f"partial_fit runs stochastic power EP: method must be 'auto' or 'ep', got "
+            f"{est.method!r}"
+        )
+    if est.device is not None:
+        raise ValueError("partial_fit runs in numpy: pass device=None")
+
+
+def start_stream(est, X, kernel, space, y_mean, y_std):
+    """The :class:`RegressorStream` of a regressor's first ``partial_fit`` batch X (b, d)."""
+    from sklearn.base import clone
+
+    from robustep.estimators._regressor_inference import InferenceCore
+
+    if est.optimizer is not None and est.optimize_inducing:
+        check_inducing_gradient(est, kernel)
+    learner = est.learner if isinstance(est.learner, _learner.StochasticLearner) else None
+    learner = _learner.StochasticLearner() if learner is None else clone(learner)
+    Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
+    core = InferenceCore(est.method, float(est.power), np.zeros(0), None)
+    return RegressorStream(y_mean, y_std, learner, space, fixed_jitter(kernel, Z), 0,
+                           (kernel, space.likelihood, Z), core)  # fmt: skip
+
+
+def continue_regressor_stream(est, stream, X, y):
+    """One ``partial_fit`` step on the batch X (b, d), y (b,) in target units; returns the
+    next :class:`RegressorStream` (``stream`` is not modified)."""
+    from robustep.ep.pseudo_point import check_inducing_power
+    from robustep.estimators._regressor_fit import Component, RegressorFit
+
+    previous = None if stream.learned is None else stream.learned.state
+    kernel, likelihood, Z = stream.start
+    n_seen = stream.n_seen + X.shape[0]
+    problem = _learner.LearningProblem(
+        kernel, X, (y - stream.y_mean) / stream.y_std, likelihood, Z,
+        check_inducing_power(est.inducing_power), stream.jitter,
+        learn_kernel=est.optimizer is not None,
+        learn_inducing=est.optimizer is not None and bool(est.optimize_inducing),
+        learn_likelihood=stream.space.free, random_state=est.random_state, classifier=False,
+    )  # fmt: skip
+    learned = _learner.continue_stream(stream.learner, problem, previous, n_seen)
+    run = learned.state
+    Z = np.array(run.inducing_inputs, dtype=float)
+    fit = RegressorFit([Component(run.kernel, run.likelihood, _learner.InducingPosterior(run))],
+                       np.ones(1), inducing_points=Z, learned=learned)  # fmt: skip
+    return dataclasses.replace(stream, n_seen=n_seen, learned=learned, fit=fit)

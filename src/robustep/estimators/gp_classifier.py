@@ -38,7 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from robustep._validation import binary_labels
 from robustep._validation import validate_data as _validate_data
-from robustep.estimators import _binary, _device, _multiclass, _sparse
+from robustep.estimators import _binary, _device, _learner, _multiclass, _sparse
 from robustep.estimators._search import reports_progress, warn_if_stuck
 
 __all__ = ["GPClassifier"]
@@ -191,10 +191,26 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         one-vs-rest), and ``log_marginal_likelihood`` takes its (c p,) theta.  Dense model
         only (not with ``inducing_points``).
 
+    learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
+        What learns the kernel hyperparameters and the inducing inputs of the sparse model
+        (two classes, or one-vs-rest's binary fits).  "full_batch": the evidence search
+        above (each evaluation a full O(n m^2) EP run).  "stochastic" or a
+        :class:`~robustep.StochasticLearner` (its parameters: batch size, epochs, held-out
+        split and early stopping, ``max_time``): stochastic power EP with Adam steps on
+        minibatch gradients of the power-EP energy, an epoch costing about one EP sweep
+        (docs/derivations/stochastic_ep.md); needs ``inducing_points``, the optimizer
+        and in-memory X; ``n_restarts_optimizer`` does not apply.  The posterior is then
+        one EP fit at the learned values on all the training points.  "auto": the
+        stochastic learner with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at
+        least ``robustep.get_config().stochastic_learner_min_n`` training points
+        (10000), the full-batch search otherwise.  A default fit at n = 1e4 (1e5), 2-d,
+        m = 64: about 6 s (60 s) with the stochastic learner (docs/guide/large-data.md).
     verbose : bool, default False
         Print one line per evaluation of the hyperparameter search to stderr (evaluation
-        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
-        same lines are INFO records of the ``robustep.search`` logger.
+        count, failures, approximate log evidence, elapsed time), or one line per epoch of
+        the stochastic learner (steps, energy estimate, held-out log loss, elapsed time,
+        time left); quiet otherwise.  The same lines are INFO records of the
+        ``robustep.search`` logger.
 
     Attributes
     ----------
@@ -204,7 +220,20 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     method_used_ ("ep", "damped", "double_loop" or "power" for ``method="auto"``, else
     ``method``),
     inducing_points_ ((m, d) fitted inducing inputs, or None for the dense model; with Dask
-    inputs ``X_train_`` is the Dask array).
+    inputs ``X_train_`` is the Dask array),
+    optimizer_result_ (the evidence search's
+    :class:`~robustep.estimators._search.SearchResult`, or the stochastic learner's, whose
+    ``stopped`` says why it stopped: "converged", "early_stopping", "max_epochs",
+    "max_time" or "interrupted"; None without a search),
+    learner_ ("full_batch" or "stochastic": what learned the hyperparameters),
+    history_ (the stochastic learner's epochs, one dict each: ``epoch``, ``steps``,
+    ``energy`` (mean minibatch estimate of the power-EP energy), ``validation_log_loss``
+    (with a held-out split), ``elapsed`` (s); None otherwise), n_epochs_ (int or None).
+
+    Incremental learning: :meth:`partial_fit` (binary, ``inducing_points``) continues the
+    stochastic learner over batches; its posterior is the learner's q(u) over the inducing
+    values (no pass over earlier batches), ``log_marginal_likelihood_value_`` the last
+    batch's energy estimate, and the site and leave-one-out attributes are not set.
 
     Leave-one-out diagnostics (EP methods "auto", "ep", "damped", "power", "rep"; binary,
     dense or ``inducing_points``; :mod:`robustep.diagnostics`): ``loo_log_predictive_`` (n,)
@@ -255,6 +284,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
         "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "learner": [StrOptions(set(_learner.LEARNER_NAMES)), _learner.StochasticLearner],
     }
 
     def __init__(
@@ -282,6 +312,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         inducing_points=None,
         optimize_inducing=True,
         inducing_power=1.0,
+        learner="auto",
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -305,6 +336,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.inducing_points = inducing_points
         self.optimize_inducing = optimize_inducing
         self.inducing_power = inducing_power
+        self.learner = learner
 
     # ------------------------------------------------------------------ tags
     def __sklearn_tags__(self):
@@ -321,6 +353,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         y : array (n,) with two or more distinct labels.  Returns ``self``.
         """
         self._validate_params()
+        self.__dict__.pop("_stream", None)  # fit starts afresh after partial_fit
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             raise TypeError("kernel must be a sklearn.gaussian_process.kernels.Kernel")
         if _sparse.is_dask_input(X):  # Dask arrays: the sparse model over X's row chunks
@@ -345,6 +378,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if self.inducing_power != 1 and self.multi_class != "one_vs_rest":
                 raise ValueError("inducing_power < 1 is binary only; with more than two "
                                  "classes pass multi_class='one_vs_rest'")  # fmt: skip
+            if self.multi_class != "one_vs_rest" and self.learner not in ("auto", "full_batch"):
+                raise ValueError("the stochastic learner is binary only; with more than two "
+                                 "classes pass multi_class='one_vs_rest' (one binary sparse "
+                                 "fit per class) or learner='full_batch'")  # fmt: skip
             if _sparse.is_dask_input(X) and self.multi_class != "one_vs_rest":
                 raise ValueError("Dask inputs with more than two classes need "
                                  "multi_class='one_vs_rest' (binary sparse fits); compute X "
@@ -357,7 +394,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if name.endswith("_") and not name.startswith("_") and name not in _KEEP:
                 delattr(self, name)
         self.classes_ = classes
-        for name, value in state.attributes.items():
+        attributes = {**_learner.fitted_attributes(None), **state.attributes}
+        for name, value in attributes.items():
             setattr(self, name, value)
         self._state = state
         state.warn_if_not_converged(self)
@@ -371,8 +409,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         likelihood = _binary.make_likelihood(params)
         X = X if _sparse.is_dask_input(X) else np.asarray(X, dtype=float)
         kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else clone(self.kernel)
+        learner = _learner.resolve(
+            self.learner, n=X.shape[0], sparse=self.inducing_points is not None,
+            optimizer=self.optimizer, dask=_sparse.is_dask_input(X),
+        )  # fmt: skip
         if self.inducing_points is not None:  # sparse FITC model
-            state = _binary_sparse.fit_sparse(params, X, y_pm, likelihood, kernel)
+            state = _binary_sparse.fit_sparse(params, X, y_pm, likelihood, kernel, learner)
         else:
             state = _binary_dense.fit_dense(params, X, y_pm, likelihood, kernel, like)
         state.attributes["X_train_"] = X
@@ -381,6 +423,41 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def _fit_binary_clone(self, X, y):
         """One-vs-rest's binary fit: a fitted clone of this (unfitted) estimator."""
         return clone(self).fit(X, y)
+
+    @reports_progress
+    def partial_fit(self, X, y, classes=None):
+        """One pass of the stochastic learner over a batch (binary, ``inducing_points``).
+
+        As scikit-learn's incremental estimators: the first call needs ``classes`` (the two
+        labels, whose order gives ``classes_``) and fixes the model: the inducing inputs
+        (k-means centres of this first batch for an int ``inducing_points``, which must
+        not exceed the batch's size), the K_mm jitter and the starting kernel.  Every call
+        runs one epoch of stochastic power EP with tied sites over its batch, continuing
+        the average site, the kernel hyperparameters (learned when ``optimizer`` is not
+        None), the inducing inputs (``optimize_inducing``) and the Adam state; the
+        average site stands for every point seen so far.  The learner's parameters come
+        from ``learner`` when it is a :class:`~robustep.StochasticLearner` (its
+        ``validation_fraction`` and ``early_stopping`` do not apply), else its defaults.
+        ``fit`` starts afresh.
+
+        X : (b, d); y : (b,) labels among ``classes``.  Returns ``self``.
+        """
+        from robustep.estimators import _binary_sparse
+
+        first = not hasattr(self, "_stream")
+        if first:
+            self._validate_params()
+            _binary_sparse.check_stream(self, classes)
+        X, y = _validate(self, X, y, reset=first)
+        stream = _binary_sparse.partial_fit(self, self._stream if not first else None,
+                                            np.asarray(X, dtype=float), y, classes)  # fmt: skip
+        for name in list(vars(self)):
+            if name.endswith("_") and not name.startswith("_") and name not in _KEEP:
+                delattr(self, name)
+        for name, value in stream.fit.attributes.items():
+            setattr(self, name, value)
+        self._state, self._stream = stream.fit, stream
+        return self
 
     # --------------------------------------------------------------- predict
     def _check_X(self, X):

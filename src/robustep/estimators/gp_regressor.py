@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from robustep._config import limits_blas_threads
 from robustep._validation import validate_data as _validate_data
 from robustep._warnings import warn
-from robustep.estimators import _device
+from robustep.estimators import _device, _learner
 from robustep.estimators import _regressor_predictive as predictive
 from robustep.estimators._regressor_fit import SearchSettings, fit_dense, fit_fvb, fit_mcmc
 from robustep.estimators._regressor_grid import fit_df_grid, resolve_df_grid
@@ -148,10 +148,23 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         searches over [kernel log hyperparameters, the likelihood's free log parameters
         (noise widths first), the inducing inputs].
 
+    learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
+        What learns the kernel, the likelihood's free parameters and the inducing inputs
+        of the sparse model: "full_batch", the evidence search over full O(n m^2) EP runs;
+        "stochastic" or a :class:`~robustep.StochasticLearner`, stochastic power EP with
+        Adam on minibatch gradients of the power-EP energy (an epoch costs about one EP
+        sweep; the likelihood's bounds and ``n_restarts_optimizer`` do not apply), needing
+        ``inducing_points``, the optimizer and in-memory X; "auto": the stochastic learner
+        with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at least
+        ``robustep.get_config().stochastic_learner_min_n`` (10000) training points.  The
+        posterior is one EP fit at the learned values either way.  See
+        docs/guide/large-data.md, "Learning at scale".
     verbose : bool, default False
         Print one line per evaluation of the hyperparameter search to stderr (evaluation
-        count, failures, approximate log evidence, elapsed time); quiet otherwise.  The
-        same lines are INFO records of the ``robustep.search`` logger.
+        count, failures, approximate log evidence, elapsed time), or one line per epoch of
+        the stochastic learner (steps, energy estimate, held-out log density, elapsed,
+        time left); quiet otherwise.  The same lines are INFO records of the
+        ``robustep.search`` logger.
 
     Attributes
     ----------
@@ -161,6 +174,16 @@ class GPRegressor(RegressorMixin, BaseEstimator):
     optimizer_result_, method_used_, inducing_points_, df_grid_, df_weights_,
     mcmc_diagnostics_, loo_* and outlier_scores_ :
         As in :class:`~robustep.estimators.StudentTGPRegressor`.
+    learner_, history_, n_epochs_ :
+        "full_batch" or "stochastic"; the stochastic learner's epochs (one dict each:
+        ``epoch``, ``steps``, ``energy``, ``validation_log_density`` with a held-out
+        split, ``elapsed``) and their number (None otherwise).  With the stochastic
+        learner ``optimizer_result_.stopped`` says why it stopped ("converged",
+        "early_stopping", "max_epochs", "max_time", "interrupted").
+
+    :meth:`partial_fit` (``inducing_points``) continues the stochastic learner over
+    batches; its posterior is the learner's q(u), ``log_marginal_likelihood_value_`` the
+    last batch's energy estimate, and the site and leave-one-out attributes are None.
     """
 
     _parameter_constraints: dict = {
@@ -186,6 +209,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "device": [str, None],
         "dtype": [StrOptions({"float64", "float32"})],
         "prior": [StrOptions({"dense", "diagonal_plus_low_rank"})],
+        "learner": [StrOptions(set(_learner.LEARNER_NAMES)), _learner.StochasticLearner],
     }
 
     def __init__(
@@ -213,6 +237,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         mcmc_hyper_every=1,
         mcmc_hyper_sampler="slice",
         prior="dense",
+        learner="auto",
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -236,6 +261,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self.mcmc_hyper_every = mcmc_hyper_every
         self.mcmc_hyper_sampler = mcmc_hyper_sampler
         self.prior = prior
+        self.learner = learner
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -333,13 +359,21 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             self.optimizer, int(self.n_restarts_optimizer), like,
             tol=float(self.tol), max_iter=int(self.max_iter),
         )  # fmt: skip
+        learner = _learner.resolve(
+            self.learner, n=X.shape[0], sparse=self.inducing_points is not None,
+            optimizer=self.optimizer, dask=_sparse.is_dask_input(X),
+        )  # fmt: skip
+        self.__dict__.pop("_stream", None)  # fit starts afresh after partial_fit
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.check_regressor(self)
             alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS)
             _sparse.check_inducing_gradient(self, kernel)
             Z = _sparse.resolve_inducing_points(self.inducing_points, X, self.random_state)
-            fit = _sparse.fit_regressor(core, kernel, space, X, Z, rng, settings, alpha=alpha,
-                                        optimize_inducing=self.optimize_inducing)  # fmt: skip
+            fit = _sparse.fit_regressor(
+                core, kernel, space, X, Z, rng, settings, alpha=alpha,
+                optimize_inducing=self.optimize_inducing, learner=learner,
+                score_offset=-float(np.log(self._y_std)),
+            )  # fmt: skip
         elif self.method == "mcmc":
             sample = self.optimizer is not None
             fit = fit_mcmc(
@@ -359,6 +393,77 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self._set_attributes(fit)
         return self
 
+    @reports_progress
+    def partial_fit(self, X, y):
+        """One pass of the stochastic learner over a batch (sparse model, ``inducing_points``).
+
+        As scikit-learn's incremental estimators: the first call fixes the model from its
+        batch: the target standardisation (``normalize_y``: this batch's mean and std),
+        the inducing inputs (k-means centres of this batch for an int
+        ``inducing_points``, at most its size), the K_mm jitter and the starting kernel
+        and likelihood.  Every call runs one epoch of stochastic power EP with tied sites
+        over its batch, continuing the average site, the kernel hyperparameters and the
+        likelihood's free parameters (learned when ``optimizer`` is not None), the
+        inducing inputs (``optimize_inducing``) and the Adam state; the average site
+        stands for every point seen so far.  The learner's parameters come from
+        ``learner`` when it is a :class:`~robustep.StochasticLearner`, else its defaults.
+        ``fit`` starts afresh.
+
+        X : (b, d); y : (b,) real targets.  Returns ``self``.
+        """
+        from robustep.estimators import _sparse
+
+        first = not hasattr(self, "_stream")
+        if first:
+            self._validate_params()
+            _sparse.check_stream(self)
+        X, y = _validate(self, X, y, reset=first)
+        y = np.asarray(y, dtype=float)
+        if first:
+            y_mean, y_std = 0.0, 1.0
+            if self.normalize_y:
+                std = float(np.std(y))
+                y_mean, y_std = float(np.mean(y)), std if std > 0 and np.isfinite(std) else 1.0
+            lik, bounds = self._likelihood_and_bounds()
+            space = LikelihoodSpace.of(lik, bounds, searched=self.optimizer is not None)
+            kernel = (
+                ConstantKernel(1.0, (1e-5, 1e5)) * RBF(1.0, (1e-5, 1e5))
+                if self.kernel is None
+                else clone(self.kernel)
+            )
+            stream = _sparse.start_stream(self, X, kernel, space, y_mean, y_std)
+        else:
+            stream = self._stream
+        stream = _sparse.continue_regressor_stream(self, stream, X, y)
+        self._stream = stream
+        self._y_mean, self._y_std = stream.y_mean, stream.y_std
+        self._set_stream_attributes(stream)
+        return self
+
+    def _set_stream_attributes(self, stream):
+        """The fitted attributes of a ``partial_fit`` stream (no training data kept)."""
+        from robustep import diagnostics
+
+        diagnostics.clear_loo_attributes(self)
+        learned, fit = stream.learned, stream.fit
+        run = learned.state
+        self.df_grid_ = self.df_weights_ = self.mcmc_diagnostics_ = None
+        self.inducing_points_ = fit.inducing_points
+        self.optimizer_result_ = learned.search
+        self.method_used_ = "stochastic"
+        for key, value in _learner.fitted_attributes(learned).items():
+            setattr(self, key, value)
+        self.hyperparameters_at_bounds_ = []
+        self.kernel_ = run.kernel
+        self._set_likelihood_attributes(run.likelihood)
+        self.X_train_ = self.y_train_ = None
+        self.converged_ = True
+        self.n_iter_ = int(run.n_steps)
+        self.log_marginal_likelihood_value_ = float(learned.search.log_evidence)
+        self.site_precision_ = self.site_shift_ = self.negative_precision_ = None
+        self.cavity_mean_ = self.cavity_var_ = None
+        self._fit, self._core, self._like, self._X = fit, stream.core, None, None
+
     def _set_attributes(self, fit):
         from robustep import diagnostics
 
@@ -373,6 +478,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         else:
             self.optimizer_result_ = fit.searches[-1] if fit.searches else None
         self.method_used_ = self.method
+        for key, value in _learner.fitted_attributes(fit.learned).items():
+            setattr(self, key, value)
         best = fit.components[int(np.argmax(fit.weights))]
         res = best.res
         self.hyperparameters_at_bounds_ = [(a[0], a[1]) for a in fit.at_bounds]

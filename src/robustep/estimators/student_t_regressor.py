@@ -144,6 +144,12 @@ class StudentTGPRegressor(GPRegressor):
         ``site_precision_`` / ``site_shift_`` are then the effective factors of f_i whose
         removal gives the leave-one-out cavity
         (``robustep.ep.pseudo_point.PseudoPointEPResult.latent_view``).
+    learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
+        What learns the sparse model's kernel, sigma (nu with ``optimize_df``) and
+        inducing inputs: the full-batch evidence search, or stochastic power EP with
+        minibatch gradients (:class:`~robustep.StochasticLearner`); "auto" picks the
+        latter from ``robustep.get_config().stochastic_learner_min_n`` (10000) training
+        points.  As in :class:`~robustep.estimators.GPRegressor`.
     device : None or str
         None: numpy on the CPU.  A PyTorch device ("cpu", "cuda", "cuda:1"): K and its
         kernel gradient are built there, EP (robust, with negative sites and the double
@@ -237,6 +243,7 @@ class StudentTGPRegressor(GPRegressor):
         inducing_power=1.0,
         likelihood_bounds=None,
         verbose=False,
+        learner="auto",
     ):
         super().__init__(
             kernel, likelihood_bounds=likelihood_bounds, method=method, power=power,
@@ -246,6 +253,7 @@ class StudentTGPRegressor(GPRegressor):
             mcmc_hyper_sampler=mcmc_hyper_sampler, random_state=random_state,
             inducing_points=inducing_points, optimize_inducing=optimize_inducing,
             device=device, dtype=dtype, inducing_power=inducing_power, verbose=verbose,
+            learner=learner,
         )  # fmt: skip
         # the likelihood is the Student-t, whose df and scale are this class's parameters
         del self.likelihood
