@@ -64,6 +64,7 @@ __all__ = [
     "regressor_loo",
     "process_classifier_loo",
     "set_process_classifier_loo",
+    "plot_learning_curve",
     "plot_loo",
     "LOO_ATTRIBUTES",
 ]
@@ -653,3 +654,54 @@ def plot_loo(estimator, ax=None, threshold=None):
         ax.set_title(f"LOO: mean log p(y_i | y_-i) = {np.mean(estimator.loo_log_predictive_):.3f}")
     ax.legend(loc="best", fontsize="small")
     return ax
+
+
+def plot_learning_curve(estimator, ax=None):
+    """Plot the stochastic learner's epochs of a fitted estimator (its ``history_``).
+
+    The epoch's mean energy estimate per training point (the power-EP energy of
+    docs/derivations/stochastic_ep.md, E6/E7, higher is better) against the epoch, and,
+    when the learner held points out, the held-out log loss (classifiers) or log
+    predictive density (regressors) on a second y axis; the epoch the fit kept is marked.
+    Works with any matplotlib backend (Agg included).  Returns the matplotlib Axes of the
+    energy.
+    """
+    history = getattr(estimator, "history_", None)
+    if not history:
+        raise AttributeError(
+            f"{type(estimator).__name__} has no learning curve (history_): fit it with "
+            "inducing_points and learner='stochastic' (or a StochasticLearner) first"
+        )
+    if ax is None:
+        from robustep._optional import require
+
+        plt = require("matplotlib.pyplot", "plot_learning_curve")
+        _, ax = plt.subplots(figsize=(5.0, 4.0))
+    epochs = np.array([h["epoch"] for h in history])
+    n = _training_points(estimator)
+    energy = np.array([h["energy"] for h in history]) / n
+    ax.plot(epochs, energy, "o-", ms=3, color="tab:blue", label="energy estimate per point")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("energy estimate per training point", color="tab:blue")
+    kept = getattr(getattr(estimator, "optimizer_result_", None), "best_epoch", None)
+    for key, label in (
+        ("validation_log_loss", "held-out log loss"),
+        ("validation_log_density", "held-out log predictive density"),
+    ):
+        if key in history[0]:
+            other = ax.twinx()
+            values = [h[key] for h in history]
+            other.plot(epochs, values, "s-", ms=3, color="tab:orange", label=label)
+            other.set_ylabel(label, color="tab:orange")
+            break
+    if kept:
+        ax.axvline(kept, color="0.5", lw=0.8, ls="--")
+    stopped = getattr(getattr(estimator, "optimizer_result_", None), "stopped", "")
+    ax.set_title(f"stochastic learner: {len(history)} epochs ({stopped})")
+    return ax
+
+
+def _training_points(estimator):
+    """The number of training points of a fitted estimator (1 when unknown)."""
+    X = getattr(estimator, "X_train_", None)
+    return max(int(np.shape(X)[0]), 1) if X is not None else 1

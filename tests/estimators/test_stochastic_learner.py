@@ -1,0 +1,325 @@
+"""The stochastic learner of the sparse estimators (robustep.StochasticLearner, learner=,
+partial_fit) against the full-batch evidence search."""
+
+import logging
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+import robustep
+from robustep import GPClassifier, GPRegressor, StochasticLearner, StudentTGPRegressor
+from robustep.ep.stochastic import fit_stochastic_ep
+from robustep.estimators import _learner
+from robustep.likelihoods import Probit
+
+KERNEL = ConstantKernel(1.0) * RBF(1.0)
+
+
+def _labels(n, seed=0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n, 2))
+    f = np.sin(1.5 * X[:, 0]) * np.cos(X[:, 1])
+    return X, (f + noise * rng.normal(size=n) > 0).astype(int)
+
+
+def _outliers(n, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
+    k = n // 10
+    y[:k] += rng.choice([-1, 1], k) * rng.uniform(3, 6, k)
+    return X, y
+
+
+def _quick(**kw):
+    return StochasticLearner(**{"batch_size": 100, "max_epochs": 4, "learning_rate": 0.05, **kw})
+
+
+# ------------------------------------------------------------------------ auto
+def test_auto_picks_the_learner_by_training_set_size():
+    X, y = _labels(300)
+    sparse = GPClassifier(KERNEL, inducing_points=10, random_state=0)
+    assert clone(sparse).fit(X, y).learner_ == "full_batch"  # default threshold 10000
+    assert clone(sparse).fit(X, y).history_ is None
+    with robustep.config(stochastic_learner_min_n=300):
+        fitted = clone(sparse).fit(X, y)
+        assert fitted.learner_ == "stochastic"
+        assert fitted.n_epochs_ == len(fitted.history_) >= 1
+        # the dense model, a fixed kernel and a callable optimizer keep the full batch
+        assert GPClassifier(KERNEL, random_state=0).fit(X, y).learner_ == "full_batch"
+        fixed = clone(sparse).set_params(optimizer=None).fit(X, y)
+        assert fixed.learner_ == "full_batch" and fixed.optimizer_result_ is None
+
+        def optimizer(obj_func, theta, bounds):
+            return theta, obj_func(theta, eval_gradient=False)
+
+        own = clone(sparse).set_params(optimizer=optimizer).fit(X, y)
+        assert own.learner_ == "full_batch"
+    with robustep.config(stochastic_learner_min_n=301):
+        assert clone(sparse).fit(X, y).learner_ == "full_batch"
+    with robustep.config(stochastic_learner_min_n=None):
+        assert clone(sparse).fit(X, y).learner_ == "full_batch"
+    with pytest.raises(ValueError, match="stochastic_learner_min_n"):
+        with robustep.config(stochastic_learner_min_n=0):
+            pass
+
+
+def test_regressor_auto_and_attributes():
+    X, y = _outliers(300)
+    with robustep.config(stochastic_learner_min_n=200):
+        est = GPRegressor(inducing_points=10, random_state=0).fit(X, y)
+    assert est.learner_ == "stochastic"
+    assert "validation_log_density" in est.history_[0]
+    assert est.optimizer_result_.stopped in ("early_stopping", "max_epochs")
+    assert np.isfinite(est.log_marginal_likelihood_value_)
+    lo, hi = est.predict_interval(X[:5])
+    assert np.all(lo < hi)
+
+
+# ------------------------------------------------------------- the same optimum
+def _compare(n, m, learner, ev_tol, pred_tol, seed=0):
+    X, y = _labels(n, seed)
+    Xs = np.random.default_rng(9).uniform(-3, 3, size=(400, 2))
+    common = dict(inducing_points=m, optimize_inducing=False, random_state=0)
+    full = GPClassifier(KERNEL, learner="full_batch", **common).fit(X, y)
+    stoch = GPClassifier(KERNEL, learner=learner, **common).fit(X, y)
+    assert stoch.learner_ == "stochastic"
+    gap = abs(stoch.log_marginal_likelihood_value_ - full.log_marginal_likelihood_value_)
+    assert gap <= ev_tol * abs(full.log_marginal_likelihood_value_)
+    dp = np.abs(stoch.predict_proba(Xs)[:, 1] - full.predict_proba(Xs)[:, 1])
+    assert np.mean(dp) <= pred_tol
+    return stoch
+
+
+def test_stochastic_fit_approaches_the_full_batch_optimum_small():
+    # measured: evidence 0.07% apart, probabilities 0.009 on average
+    learner = StochasticLearner(100, 40, 0.1, early_stopping=False, validation_fraction=0.0)
+    _compare(600, 10, learner, 0.01, 0.02)
+
+
+@pytest.mark.slow
+def test_stochastic_fit_reaches_the_full_batch_optimum():
+    # n = 2000: evidence within 1%, predicted probabilities within 0.01 on average
+    learner = StochasticLearner(500, 40, 0.1, early_stopping=False, validation_fraction=0.0)
+    _compare(2000, 20, learner, 0.01, 0.01)
+
+
+# ------------------------------------------------------------------- stopping
+def test_early_stopping_keeps_the_best_held_out_epoch():
+    X, y = _labels(600)
+    learner = _quick(max_epochs=50, n_iter_no_change=2, tol=10.0)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner).fit(X, y)
+    assert est.optimizer_result_.stopped == "early_stopping"
+    assert est.n_epochs_ == 3 == len(est.history_)  # no epoch improves by tol = 10
+    losses = [h["validation_log_loss"] for h in est.history_]
+    assert est.optimizer_result_.best_epoch == int(np.argmin(losses)) + 1
+    # without a held-out split the energy estimate is monitored
+    learner = _quick(max_epochs=50, n_iter_no_change=2, tol=10.0, validation_fraction=0.0)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner).fit(X, y)
+    assert est.optimizer_result_.stopped == "converged" and est.n_epochs_ == 3
+    assert "validation_log_loss" not in est.history_[0]
+    # early_stopping=False runs max_epochs
+    learner = _quick(max_epochs=3, tol=10.0, early_stopping=False)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner).fit(X, y)
+    assert est.optimizer_result_.stopped == "max_epochs" and est.n_epochs_ == 3
+
+
+def test_max_time_is_respected():
+    X, y = _labels(2000)
+    learner = _quick(batch_size=20, max_epochs=10_000, early_stopping=False, max_time=0.3)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner).fit(X, y)
+    assert est.optimizer_result_.stopped == "max_time"
+    assert est.history_[-1]["elapsed"] < 0.3 + 3.0  # one step and one score past it (loaded)
+    assert est.history_[-1]["steps"] < 10_000 * 100
+    est.predict_proba(X[:3])
+
+
+def test_keyboard_interrupt_keeps_the_last_finished_epoch(monkeypatch):
+    X, y = _labels(600)
+    original = _learner._Monitor.__call__
+
+    def interrupted(self, result, record):
+        stop = original(self, result, record)
+        if len(self.history) == 3:
+            raise KeyboardInterrupt
+        return stop
+
+    monkeypatch.setattr(_learner._Monitor, "__call__", interrupted)
+    learner = _quick(max_epochs=20, early_stopping=False)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner)
+    with pytest.warns(UserWarning, match="interrupted"):
+        est.fit(X, y)
+    assert est.optimizer_result_.stopped == "interrupted" and est.n_epochs_ == 3
+    assert est.optimizer_result_.best_epoch == 3
+    assert est.predict_proba(X[:5]).shape == (5, 2)
+
+
+def test_reproducible_with_random_state():
+    X, y = _labels(500)
+    est = GPClassifier(KERNEL, inducing_points=10, random_state=3, learner=_quick())
+    a, b = clone(est).fit(X, y), clone(est).fit(X, y)
+    np.testing.assert_array_equal(a.kernel_.theta, b.kernel_.theta)
+    np.testing.assert_array_equal(a.inducing_points_, b.inducing_points_)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert [h["energy"] for h in a.history_] == [h["energy"] for h in b.history_]
+    c = clone(est).set_params(random_state=4).fit(X, y)
+    assert not np.array_equal(a.kernel_.theta, c.kernel_.theta)
+
+
+def test_verbose_prints_one_line_per_epoch(capsys):
+    X, y = _labels(300)
+    GPClassifier(KERNEL, inducing_points=8, random_state=0, learner=_quick(max_epochs=3),
+                 verbose=True).fit(X, y)  # fmt: skip
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "stochastic learner" in ln]
+    assert len(lines) == 3 and "epoch 1/3" in lines[0] and "held-out log loss" in lines[0]
+    assert "left" in lines[0]
+    GPClassifier(KERNEL, inducing_points=8, random_state=0, learner=_quick(max_epochs=3)).fit(X, y)
+    assert "stochastic learner" not in capsys.readouterr().err
+    assert not logging.getLogger("robustep.search").handlers
+
+
+# ---------------------------------------------------------------- partial_fit
+def test_classifier_partial_fit_approaches_fit():
+    X, y = _labels(2000)
+    Xs, ys = _labels(1000, seed=5)
+    full = GPClassifier(KERNEL, inducing_points=15, random_state=0).fit(X, y)
+    learner = StochasticLearner(batch_size=250, learning_rate=0.05)
+    stream = GPClassifier(KERNEL, inducing_points=15, random_state=0, learner=learner)
+    first = None
+    for _ in range(6):
+        for start in range(0, 2000, 250):
+            stream.partial_fit(X[start : start + 250], y[start : start + 250], classes=[0, 1])
+            if first is None:
+                first = np.abs(stream.predict_proba(Xs)[:, 1] - full.predict_proba(Xs)[:, 1])
+    last = np.abs(stream.predict_proba(Xs)[:, 1] - full.predict_proba(Xs)[:, 1])
+    assert np.mean(last) < 0.5 * np.mean(first) and np.mean(last) < 0.05
+    assert stream.score(Xs, ys) > full.score(Xs, ys) - 0.03
+    assert stream.learner_ == "stochastic" and stream.n_epochs_ == 48
+    assert stream.n_iter_ == 48  # one step per batch of 250
+    np.testing.assert_array_equal(stream.classes_, [0, 1])
+    assert stream.predict(Xs[:4]).dtype == ys.dtype
+    with pytest.raises(ValueError, match="partial_fit does not keep"):
+        stream.log_marginal_likelihood(stream.kernel_.theta)
+    # fit starts afresh (the dense model here) and a later partial_fit starts a new stream
+    stream.set_params(inducing_points=None, learner="auto").fit(X[:200], y[:200])
+    assert stream.inducing_points_ is None
+
+
+def test_regressor_partial_fit_learns_through_outliers():
+    X, y = _outliers(1600)
+    Xs = np.linspace(-3, 3, 100)[:, None]
+    learner = StochasticLearner(batch_size=200, learning_rate=0.05)
+    est = StudentTGPRegressor(inducing_points=15, random_state=0, learner=learner)
+    for _ in range(5):
+        for start in range(0, 1600, 200):
+            est.partial_fit(X[start : start + 200], y[start : start + 200])
+    rmse = np.sqrt(np.mean((est.predict(Xs) - np.sin(2 * Xs[:, 0])) ** 2))
+    assert rmse < 0.15
+    assert est.scale_ < 0.5  # the outliers do not inflate the noise scale
+    assert est.site_precision_ is None and est.learner_ == "stochastic"
+    lo, hi = est.predict_interval(Xs[:3])
+    assert np.all(lo < hi)
+
+
+def test_student_t_regressor_stochastic_fit_on_outliers():
+    X, y = _outliers(1000)
+    Xs = np.linspace(-3, 3, 100)[:, None]
+    learner = StochasticLearner(batch_size=100, max_epochs=30, learning_rate=0.05)
+    est = StudentTGPRegressor(inducing_points=15, random_state=0, learner=learner).fit(X, y)
+    rmse = np.sqrt(np.mean((est.predict(Xs) - np.sin(2 * Xs[:, 0])) ** 2))
+    assert rmse < 0.1 and est.scale_ < 0.3
+    assert est.df_ == 4.0  # fixed unless optimize_df
+    assert np.isfinite(est.log_marginal_likelihood_value_)
+    assert est.loo_log_predictive_.shape == (1000,)  # the final EP fit's diagnostics
+
+
+# --------------------------------------------------------------------- errors
+def test_clear_errors():
+    X, y = _labels(100)
+    with pytest.raises(ValueError, match="inducing_points"):
+        GPClassifier(KERNEL, learner="stochastic").fit(X, y)
+    with pytest.raises(ValueError, match="inducing_points"):
+        GPRegressor(learner=StochasticLearner()).fit(X, y.astype(float))
+    with pytest.raises(ValueError, match="inducing_points"):
+        GPClassifier(KERNEL).partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(ValueError, match="inducing_points"):
+        GPRegressor().partial_fit(X, y.astype(float))
+    with pytest.raises(ValueError, match="classes"):
+        GPClassifier(KERNEL, inducing_points=5).partial_fit(X, y)
+    est = GPClassifier(KERNEL, inducing_points=5).partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(ValueError, match="not among classes"):
+        est.partial_fit(X[:3], [0, 1, 2])
+    with pytest.raises(ValueError, match="optimizer=None"):
+        GPClassifier(KERNEL, inducing_points=5, optimizer=None, learner="stochastic").fit(X, y)
+    with pytest.raises(ValueError, match="batch_size"):
+        GPClassifier(KERNEL, inducing_points=5, learner=StochasticLearner(batch_size=0)).fit(X, y)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        StochasticLearner(validation_fraction=1.0).check()
+    with pytest.raises(ValueError, match="damping"):
+        StochasticLearner(tied_sites=False, damping=2.0).check()
+    with pytest.raises(ValueError, match="learner"):
+        GPClassifier(KERNEL, inducing_points=5, learner="sgd").fit(X, y)
+    with pytest.raises(ValueError, match="tied sites"):
+        per_point = StochasticLearner(tied_sites=False)
+        GPClassifier(KERNEL, inducing_points=5, learner=per_point).partial_fit(X, y, [0, 1])
+    X3 = np.vstack([X, X[:30] + 5.0])
+    y3 = np.concatenate([y, np.full(30, 2)])
+    with pytest.raises(ValueError, match="one_vs_rest"):
+        GPClassifier(KERNEL, inducing_points=5, learner="stochastic").fit(X3, y3)
+
+
+# ----------------------------------------------------- fit_stochastic_ep's boundary
+def test_fit_stochastic_ep_continues_a_state():
+    X, y = _labels(400)
+    yp = np.where(y == 1, 1.0, -1.0)
+    Z = X[:8]
+    kw = dict(power=0.5, batch_size=100, random_state=0)
+    a = fit_stochastic_ep(KERNEL, X, yp, Probit(), Z, n_epochs=2, **kw)
+    b = fit_stochastic_ep(a.kernel, X, yp, a.likelihood, a.inducing_inputs, n_epochs=1,
+                          state=a, **kw)  # fmt: skip
+    assert b.n_steps == a.n_steps + 4 and b._adam.t == a._adam.t + 4
+    assert not np.array_equal(a.kernel.theta, b.kernel.theta)
+    # n_data scales the tied site: the same average site stands for more points
+    c = fit_stochastic_ep(a.kernel, X, yp, a.likelihood, a.inducing_inputs, n_epochs=1,
+                          state=a, n_data=4000, learn_kernel=False, learn_inducing=False,
+                          **kw)  # fmt: skip
+    assert np.trace(c.cov) < np.trace(b.cov)
+    with pytest.raises(ValueError, match="n_data"):
+        fit_stochastic_ep(KERNEL, X, yp, Probit(), Z, n_data=10, **kw)
+    with pytest.raises(ValueError, match="n_data"):
+        fit_stochastic_ep(KERNEL, X, yp, Probit(), Z, n_data=1000, tied_sites=False, **kw)
+    with pytest.raises(ValueError, match="site structure"):
+        fit_stochastic_ep(KERNEL, X, yp, Probit(), Z, state=a, tied_sites=False, **kw)
+
+
+def test_fit_stochastic_ep_learns_named_likelihood_parameters():
+    from robustep.likelihoods import StudentT
+
+    X, y = _outliers(300)
+    kw = dict(power=0.5, batch_size=100, n_epochs=3, random_state=0, learn_kernel=False)
+    fit = fit_stochastic_ep(KERNEL, X, y, StudentT(df=4.0, scale=1.0), X[:8],
+                            learn_likelihood=("scale",), **kw)  # fmt: skip
+    assert fit.likelihood.df == 4.0 and fit.likelihood.scale != 1.0
+    with pytest.raises(ValueError, match="learn_likelihood"):
+        fit_stochastic_ep(KERNEL, X, y, StudentT(), X[:8], learn_likelihood=("nu",), **kw)
+
+
+# ----------------------------------------------------------------------- plot
+def test_plot_learning_curve():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from robustep.diagnostics import plot_learning_curve
+
+    X, y = _labels(300)
+    est = GPClassifier(KERNEL, inducing_points=8, random_state=0, learner=_quick()).fit(X, y)
+    ax = plot_learning_curve(est)
+    assert len(ax.lines[0].get_xdata()) == est.n_epochs_
+    assert ax.get_xlabel() == "epoch" and ax.get_ylabel()
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [h["energy"] / 300 for h in est.history_])
+    full = GPClassifier(KERNEL, inducing_points=8, random_state=0).fit(X, y)
+    with pytest.raises(AttributeError, match="history_"):
+        plot_learning_curve(full)
