@@ -39,28 +39,35 @@ def _quick(**kw):
 
 # ------------------------------------------------------------------------ auto
 def test_auto_picks_the_learner_by_training_set_size():
-    X, y = _labels(300)
-    sparse = GPClassifier(KERNEL, inducing_points=10, random_state=0)
-    assert clone(sparse).fit(X, y).learner_ == "full_batch"  # default threshold 10000
-    assert clone(sparse).fit(X, y).history_ is None
-    with robustep.config(stochastic_learner_min_n=300):
+    X, y = _labels(200)
+    sparse = GPClassifier(KERNEL, inducing_points=6, optimize_inducing=False, random_state=0)
+    fitted = clone(sparse).fit(X, y)  # the default threshold is 10000 points
+    assert fitted.learner_ == "full_batch" and fitted.history_ is None
+    with robustep.config(stochastic_learner_min_n=200):
         fitted = clone(sparse).fit(X, y)
         assert fitted.learner_ == "stochastic"
         assert fitted.n_epochs_ == len(fitted.history_) >= 1
-        # the dense model, a fixed kernel and a callable optimizer keep the full batch
-        assert GPClassifier(KERNEL, random_state=0).fit(X, y).learner_ == "full_batch"
+        # the dense model, a fixed kernel, a callable optimizer and Dask keep the full batch
+        assert GPClassifier(KERNEL, optimizer=None).fit(X, y).learner_ == "full_batch"
         fixed = clone(sparse).set_params(optimizer=None).fit(X, y)
         assert fixed.learner_ == "full_batch" and fixed.optimizer_result_ is None
-
-        def optimizer(obj_func, theta, bounds):
-            return theta, obj_func(theta, eval_gradient=False)
-
-        own = clone(sparse).set_params(optimizer=optimizer).fit(X, y)
-        assert own.learner_ == "full_batch"
-    with robustep.config(stochastic_learner_min_n=301):
-        assert clone(sparse).fit(X, y).learner_ == "full_batch"
+        for kwargs in (
+            dict(sparse=False, optimizer="fmin_l_bfgs_b"),
+            dict(sparse=True, optimizer=None),
+            dict(sparse=True, optimizer=min),
+            dict(sparse=True, optimizer="fmin_l_bfgs_b", dask=True),
+        ):
+            assert _learner.resolve("auto", n=200, **kwargs).name == "full_batch"
+        picked = _learner.resolve("auto", n=200, sparse=True, optimizer="fmin_l_bfgs_b")
+        assert picked.name == "stochastic"
+    with robustep.config(stochastic_learner_min_n=201):
+        assert _learner.resolve("auto", n=200, sparse=True, optimizer="fmin_l_bfgs_b").name == (
+            "full_batch"
+        )
     with robustep.config(stochastic_learner_min_n=None):
-        assert clone(sparse).fit(X, y).learner_ == "full_batch"
+        assert _learner.resolve("auto", n=10**7, sparse=True, optimizer="fmin_l_bfgs_b").name == (
+            "full_batch"
+        )
     with pytest.raises(ValueError, match="stochastic_learner_min_n"):
         with robustep.config(stochastic_learner_min_n=0):
             pass
@@ -108,7 +115,7 @@ def test_stochastic_fit_reaches_the_full_batch_optimum():
 
 # ------------------------------------------------------------------- stopping
 def test_early_stopping_keeps_the_best_held_out_epoch():
-    X, y = _labels(600)
+    X, y = _labels(300)
     learner = _quick(max_epochs=50, n_iter_no_change=2, tol=10.0)
     est = GPClassifier(KERNEL, inducing_points=10, random_state=0, learner=learner).fit(X, y)
     assert est.optimizer_result_.stopped == "early_stopping"
@@ -242,9 +249,12 @@ def test_clear_errors():
         GPClassifier(KERNEL, learner="stochastic").fit(X, y)
     with pytest.raises(ValueError, match="inducing_points"):
         GPRegressor(learner=StochasticLearner()).fit(X, y.astype(float))
-    with pytest.raises(ValueError, match="inducing_points"):
+    # partial_fit exists with inducing_points only (scikit-learn's available_if)
+    assert not hasattr(GPClassifier(KERNEL), "partial_fit")
+    assert hasattr(GPClassifier(KERNEL, inducing_points=5), "partial_fit")
+    with pytest.raises(AttributeError, match="inducing_points"):
         GPClassifier(KERNEL).partial_fit(X, y, classes=[0, 1])
-    with pytest.raises(ValueError, match="inducing_points"):
+    with pytest.raises(AttributeError, match="inducing_points"):
         GPRegressor().partial_fit(X, y.astype(float))
     with pytest.raises(ValueError, match="classes"):
         GPClassifier(KERNEL, inducing_points=5).partial_fit(X, y)
@@ -320,6 +330,6 @@ def test_plot_learning_curve():
     assert len(ax.lines[0].get_xdata()) == est.n_epochs_
     assert ax.get_xlabel() == "epoch" and ax.get_ylabel()
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [h["energy"] / 300 for h in est.history_])
-    full = GPClassifier(KERNEL, inducing_points=8, random_state=0).fit(X, y)
+    full = GPClassifier(KERNEL, inducing_points=8, optimizer=None).fit(X, y)
     with pytest.raises(AttributeError, match="history_"):
         plot_learning_curve(full)

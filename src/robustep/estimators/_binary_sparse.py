@@ -232,11 +232,6 @@ class Stream:
 
 def check_stream(est, classes):
     """Raise ValueError when ``est.partial_fit`` cannot start a stream."""
-    if est.inducing_points is None:
-        raise ValueError(
-            "partial_fit learns the sparse model: pass inducing_points (an int m or an "
-            "(m, n_features) array)"
-        )
     if classes is None:
         raise ValueError(
             "the first call of partial_fit needs classes, the two labels of the stream (e.g. "

@@ -47,6 +47,7 @@ __all__ = [
     "LearningProblem",
     "StochasticLearner",
     "continue_stream",
+    "has_partial_fit",
     "resolve",
 ]
 
@@ -523,6 +524,17 @@ def _coordinates_of(problem):
 
 
 # ----------------------------------------------------------------------- streaming
+def has_partial_fit(estimator):
+    """Whether ``estimator.partial_fit`` exists: with ``inducing_points`` only (the dense
+    model has no incremental form), else an AttributeError that says so."""
+    if getattr(estimator, "inducing_points", None) is None:
+        raise AttributeError(
+            f"{type(estimator).__name__}.partial_fit learns the sparse model: pass "
+            "inducing_points (an int m or an (m, n_features) array)"
+        )
+    return True
+
+
 def continue_stream(learner, problem, previous, n_seen):
     """``partial_fit``'s step: one pass of stochastic power EP (tied sites) over the batch
     ``problem.X``, continuing ``previous`` (a

@@ -502,11 +502,6 @@ class RegressorStream:
 
 def check_stream(est):
     """Raise ValueError when a regressor's ``partial_fit`` cannot start a stream."""
-    if est.inducing_points is None:
-        raise ValueError(
-            "partial_fit learns the sparse model: pass inducing_points (an int m or an "
-            "(m, n_features) array)"
-        )
     if est.method not in TGP_POWER_METHODS:
         raise ValueError(
             f"partial_fit runs stochastic power EP: method must be 'auto' or 'ep', got "

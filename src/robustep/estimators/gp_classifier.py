@@ -34,6 +34,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from robustep._validation import binary_labels
@@ -424,6 +425,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """One-vs-rest's binary fit: a fitted clone of this (unfitted) estimator."""
         return clone(self).fit(X, y)
 
+    @available_if(_learner.has_partial_fit)
     @reports_progress
     def partial_fit(self, X, y, classes=None):
         """One pass of the stochastic learner over a batch (binary, ``inducing_points``).

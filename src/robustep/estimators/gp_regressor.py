@@ -21,6 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from robustep._config import limits_blas_threads
@@ -393,6 +394,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         self._set_attributes(fit)
         return self
 
+    @available_if(_learner.has_partial_fit)
     @reports_progress
     def partial_fit(self, X, y):
         """One pass of the stochastic learner over a batch (sparse model, ``inducing_points``).
