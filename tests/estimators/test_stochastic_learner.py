@@ -242,6 +242,15 @@ def test_student_t_regressor_stochastic_fit_on_outliers():
     assert est.loo_log_predictive_.shape == (1000,)  # the final EP fit's diagnostics
 
 
+def test_one_vs_rest_binary_fits_use_the_learner():
+    X, y = _labels(240)
+    y3 = np.where(X[:, 1] > 1.0, 2, y)
+    est = GPClassifier(KERNEL, inducing_points=6, multi_class="one_vs_rest", random_state=0,
+                       learner=_quick(max_epochs=2)).fit(X, y3)  # fmt: skip
+    assert [e.learner_ for e in est.estimators_] == ["stochastic"] * 3
+    assert est.predict_proba(X[:4]).shape == (4, 3)
+
+
 # --------------------------------------------------------------------- errors
 def test_clear_errors():
     X, y = _labels(100)
@@ -274,6 +283,8 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="tied sites"):
         per_point = StochasticLearner(tied_sites=False)
         GPClassifier(KERNEL, inducing_points=5, learner=per_point).partial_fit(X, y, [0, 1])
+    with pytest.raises(ValueError, match="Dask"):
+        _learner.resolve("stochastic", n=100, sparse=True, optimizer="fmin_l_bfgs_b", dask=True)
     X3 = np.vstack([X, X[:30] + 5.0])
     y3 = np.concatenate([y, np.full(30, 2)])
     with pytest.raises(ValueError, match="one_vs_rest"):
