@@ -678,7 +678,7 @@ def plot_learning_curve(estimator, ax=None):
         plt = require("matplotlib.pyplot", "plot_learning_curve")
         _, ax = plt.subplots(figsize=(5.0, 4.0))
     epochs = np.array([h["epoch"] for h in history])
-    n = _training_points(estimator)
+    n = max(int(getattr(estimator.optimizer_result_, "n_train", 0)), 1)
     energy = np.array([h["energy"] for h in history]) / n
     ax.plot(epochs, energy, "o-", ms=3, color="tab:blue", label="energy estimate per point")
     ax.set_xlabel("epoch")
@@ -699,9 +699,3 @@ def plot_learning_curve(estimator, ax=None):
     stopped = getattr(getattr(estimator, "optimizer_result_", None), "stopped", "")
     ax.set_title(f"stochastic learner: {len(history)} epochs ({stopped})")
     return ax
-
-
-def _training_points(estimator):
-    """The number of training points of a fitted estimator (1 when unknown)."""
-    X = getattr(estimator, "X_train_", None)
-    return max(int(np.shape(X)[0]), 1) if X is not None else 1

@@ -340,7 +340,8 @@ def test_plot_learning_curve():
     ax = plot_learning_curve(est)
     assert len(ax.lines[0].get_xdata()) == est.n_epochs_
     assert ax.get_xlabel() == "epoch" and ax.get_ylabel()
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), [h["energy"] / 300 for h in est.history_])
+    assert est.optimizer_result_.n_train == 270  # 30 of the 300 points held out
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [h["energy"] / 270 for h in est.history_])
     full = GPClassifier(KERNEL, inducing_points=8, optimizer=None).fit(X, y)
     with pytest.raises(AttributeError, match="history_"):
         plot_learning_curve(full)

@@ -295,12 +295,14 @@ class LearnerResult(SearchResult):
     stopped : why it stopped: "converged" (the energy estimate stalled), "early_stopping"
         (the held-out score stalled), "max_epochs", "max_time" or "interrupted"
         (KeyboardInterrupt: the last finished epoch is kept).
-    n_epochs : epochs run; best_epoch : the epoch whose state was kept.
+    n_epochs : epochs run; best_epoch : the epoch whose state was kept; n_train : the
+        points the learner trained on (its energy estimates sum over them).
     """
 
     stopped: str = ""
     n_epochs: int = 0
     best_epoch: int = 0
+    n_train: int = 0
 
 
 def fitted_attributes(learned):
@@ -513,6 +515,7 @@ def _learn_stochastic(learner, problem):
         stopped=stopped,
         n_epochs=n_epochs,
         best_epoch=int(epoch),
+        n_train=int(train.size),
     )
     return Learned(
         kernel=result.kernel, likelihood=result.likelihood, Z=np.array(result.inducing_inputs),
@@ -586,7 +589,7 @@ def continue_stream(learner, problem, previous, n_seen):
         n_evaluations=int(run.n_steps), n_starts=1, moved=True,
         message=f"stochastic learner: partial_fit over {n_seen} points",
         stopped=run.stopped if run.stopped == "max_time" else "max_epochs",
-        n_epochs=len(history), best_epoch=len(history),
+        n_epochs=len(history), best_epoch=len(history), n_train=int(n_seen),
     )  # fmt: skip
     return Learned(
         kernel=run.kernel, likelihood=run.likelihood, Z=np.array(run.inducing_inputs),
