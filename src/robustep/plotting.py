@@ -200,7 +200,6 @@ def _value_shading(ax) -> bool:
     """Whether ``ax`` shades a continuous value with a colour map (filled contours, an
     image, a mesh): a reader needs a colour bar to read it."""
     from matplotlib.collections import QuadMesh
-    from matplotlib.colors import ListedColormap
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
 
@@ -213,7 +212,14 @@ def _value_shading(ax) -> bool:
         if isinstance(a, ContourSet) and (a.filled or not getattr(a, "labelTexts", None))
     ]
     shades += [a for a in ax.get_images() if isinstance(a, AxesImage)]
-    return any(not isinstance(s.get_cmap(), ListedColormap) for s in shades)
+    return any(_continuous(s.get_cmap()) for s in shades)
+
+
+def _continuous(cmap) -> bool:
+    """A colour map of a value, not of a few classes (a qualitative map, or the single
+    colour of ``contour(..., colors="k")``): more than ten distinct colours."""
+    colours = cmap(np.linspace(0.0, 1.0, min(cmap.N, 256)))
+    return len(np.unique(np.round(colours, 3), axis=0)) > 10
 
 
 def _tick_labels_overlap(ax, renderer) -> list[str]:
