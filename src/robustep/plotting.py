@@ -119,10 +119,12 @@ def class_colors(n_classes: int) -> list[str]:
 
 def _data_points(ax) -> np.ndarray:
     """Display coordinates, shape (k, 2), of the data drawn in ``ax``: the vertices of
-    its lines in data coordinates (curves and markers) and the centres of its scatter
-    points. Reference lines (axhline, axvline: not in data coordinates), shading,
-    contours, images and error-bar whiskers are not data points."""
+    its lines in data coordinates (curves and markers), the centres of its scatter
+    points and the ends of its bars (the value a bar shows). Reference lines (axhline,
+    axvline: not in data coordinates), shading, contours, images and error-bar whiskers
+    are not data points."""
     from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer
 
     parts = []
     for line in ax.get_lines():
@@ -138,6 +140,17 @@ def _data_points(ax) -> np.ndarray:
         if isinstance(coll, PathCollection) and coll.get_visible():
             offsets = np.asarray(coll.get_offsets(), dtype=float).reshape(-1, 2)
             parts.append(coll.get_offset_transform().transform(offsets))
+    for container in ax.containers:
+        if isinstance(container, BarContainer):
+            ends = [
+                (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height())
+                if container.orientation != "horizontal"
+                else (bar.get_x() + bar.get_width(), bar.get_y() + bar.get_height() / 2)
+                for bar in container.patches
+                if bar.get_visible()
+            ]
+            if ends:
+                parts.append(ax.transData.transform(np.asarray(ends, dtype=float)))
     if not parts:
         return np.empty((0, 2))
     xy = np.concatenate(parts)

@@ -29,6 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.plotting import figure_legend, legend, styled
 
 METHODS = ("EP", "fEP", "LA", "fVB", "VB", "MCMC")
 _EST = {
@@ -321,6 +322,7 @@ def _tv(p, q, dx):
     return 0.5 * float(np.sum(np.abs(np.asarray(p) - np.asarray(q))) * dx)
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Figures 1 and 2, and a table of the predictive mean/std of f(2) per method."""
     import matplotlib
@@ -336,7 +338,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "|---|---|---|---|---|---|---|---|",
     ]
     verdict = {}
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     for col, (ex, e) in enumerate(sorted(results["examples"].items())):
         xs = np.asarray(e["x_grid"])
         fg = np.asarray(e["f_grid"])
@@ -348,10 +350,10 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         mc = e["methods"].get("MCMC")
         for name, r in e["methods"].items():
             m, s = np.asarray(r["mean"]), np.asarray(r["std"])
-            (ln,) = ax.plot(xs, m, lw=1.2, label=f"{name} mean (dotted: ± 2 std)")
+            (ln,) = ax.plot(xs, m, lw=1.2, label=name)
             ax.plot(xs, m + 2 * s, lw=0.6, color=ln.get_color(), ls=":")
             ax.plot(xs, m - 2 * s, lw=0.6, color=ln.get_color(), ls=":")
-            axes[1, col].plot(fg, r["density_f2"], label=name, color=ln.get_color())
+            axes[1, col].plot(fg, r["density_f2"], color=ln.get_color())
             tv = _tv(r["density_f2"], mc["density_f2"], dx) if mc else float("nan")
             verdict[(ex, name)] = tv
             rows.append(
@@ -360,19 +362,27 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
                 f"{r['n_negative_sites']} | {r['converged']} |"
             )
         ax.axvline(2.0, color="grey", lw=0.5, label="x = 2 (where f(2) is shown below)")
-        ax.set_title(f"Example {ex}: mean ± 2 std")
-        ax.set_ylim(-4, 4)
+        ax.set_title(f"Example {ex}: mean (solid) ± 2 std (dotted)")
+        # the frame holds every observation and every band: limits from what is drawn
+        drawn = np.concatenate(
+            [np.asarray(e["y"], float)]
+            + [np.asarray(r["mean"]) + k * np.asarray(r["std"]) for r in e["methods"].values()
+               for k in (-2, 2)]
+        )  # fmt: skip
+        pad = 0.05 * float(np.ptp(drawn))
+        ax.set_ylim(float(drawn.min()) - pad, float(drawn.max()) + pad)
         ax.set_xlabel("input x (dimensionless)")
         ax.set_ylabel("output y, latent f (y units)")
-        ax.legend(fontsize=6, ncol=2)
-        axes[1, col].set_title(f"Example {ex}: predictive density of f(2)")
-        axes[1, col].axvline(e["y"][0], color="r", lw=0.5, label="outliers y1, y2")
+        axes[1, col].set_title(
+            f"Example {ex}: predictive density of f(2)\n(red lines: the outliers' values)"
+        )
+        axes[1, col].axvline(e["y"][0], color="r", lw=0.5)
         axes[1, col].axvline(e["y"][1], color="r", lw=0.5)
         axes[1, col].set_xlabel("latent f(2) (y units)")
         axes[1, col].set_ylabel("density p(f(2) | y) (1/y units)")
-        axes[1, col].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig1_examples.png", dpi=110)
+    # one legend for the four panels: the methods have the same colour in each
+    figure_legend(fig, *axes[0, 0].get_legend_handles_labels(), ncol=6)
+    fig.savefig(out_dir / "fig1_examples.png")
     plt.close(fig)
 
     t = results["tilted"]
@@ -385,18 +395,17 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.contour(f1, f2, np.exp(np.asarray(d["log_lik"])).T, 6, colors="r")
         ax.plot([], [], "b-", label="cavity q(f1, f2 | y3..n)")
         ax.plot([], [], "r-", label=f"likelihood p(y1, y2 | f)^{eta}")
-        ax.legend(fontsize=6, loc="lower right")
+        legend(ax)
         ax.set_title(f"q(f1,f2|y3..n) (blue), p(y|f)^{eta} (red)")
         ax = axes[2 * k + 1]
-        ax.contour(f1, f2, np.asarray(d["tilted"]).T, 8)
+        ax.contour(f1, f2, np.asarray(d["tilted"]).T, 8, colors="C0")
         ax.plot([], [], "C0-", label="tilted distribution (contours)")
-        ax.legend(fontsize=6, loc="lower right")
+        legend(ax)
         ax.set_title(f"tilted, eta={eta}: {d['n_modes']} mode(s)")
         for a in axes[2 * k : 2 * k + 2]:
             a.set_xlabel("latent f1 (y units)")
             a.set_ylabel("latent f2 (y units)")
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig2_tilted.png", dpi=110)
+    fig.savefig(out_dir / "fig2_tilted.png")
     plt.close(fig)
 
     hp = t.get("hyperparameters")
