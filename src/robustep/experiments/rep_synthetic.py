@@ -33,7 +33,7 @@ from sklearn.gaussian_process.kernels import RBF
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
-from robustep.plotting import legend, styled
+from robustep.plotting import figure_legend, legend, styled
 
 METHODS = ("EP", "PEP", "DEP", "REP")
 
@@ -327,7 +327,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             ax.set_title(f"{m} ({ex['rate']:.0%} flipped)")
             ax.set_xlabel("input x₁ (dimensionless)")
             ax.set_ylabel("input x₂ (dimensionless)")
-            legend(ax)
+        # one legend below the panels: the boundary crosses the whole of each panel
+        figure_legend(fig, *np.atleast_1d(axes)[0].get_legend_handles_labels())
         fig.savefig(out_dir / "rep_synthetic_boundaries.png")
         plt.close(fig)
         figs.append("rep_synthetic_boundaries.png")

@@ -39,7 +39,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
-from robustep.plotting import legend, styled
+from robustep.plotting import figure_legend, legend, styled
 
 # Fixed before any run (not tuned): two +1 points on the left, two -1 points on the
 # right, and a +1 point far on the right (the mislabeled one, index 4).
@@ -430,8 +430,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_aspect("equal")
         ax.set_xlabel("input x₁ (dimensionless)")
         ax.set_ylabel("input x₂ (dimensionless)")
-        legend(ax)
         ax.set_title(f"{title}:\nboundaries wᵀx = 0 at posterior means")
+    # one legend below the panels: the boundaries cross the whole of each panel
+    figure_legend(fig, *axes[0, 0].get_legend_handles_labels(), ncol=4)
     fig.savefig(out_dir / "rep_toy_boundaries.png")
     plt.close(fig)
 
@@ -468,7 +469,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     # both toys: REP vs EP in relative mean error (units of the exact posterior's std)
     both_rows, both_parts = [], []
     if second:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 6))
         both_rows = [
             "| toy | EP rel. mean error | REP (c = 20) rel. mean error | best REP over the c sweep "
             "(c) | c where REP beats EP on mean and cov. | EP / REP (c = 20) ‖Σ−Σ*‖²_F |",
@@ -509,7 +510,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_xlabel("l1 penalty weight c (precision units of f, log scale)")
         ax.set_ylabel("‖μ − μ*‖₂ / √(tr Σ*/2) (fraction of posterior std)")
         ax.set_title("REP vs EP on both toys: mean error relative to the exact std")
-        legend(ax)
+        figure_legend(fig, *ax.get_legend_handles_labels(), ncol=1)
         fig.savefig(out_dir / "rep_toy_both.png")
         plt.close(fig)
         figures.append("rep_toy_both.png")
