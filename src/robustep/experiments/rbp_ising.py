@@ -43,6 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.experiments.report import titled
 from robustep.mrf import belief_propagation, complete_edges, exact_marginals, grid_edges, ising
 from robustep.plotting import figure_legend, legend, styled
 
@@ -411,7 +412,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             f"{len(strong_ok)} strong-coupling settings; as BP in {sum(weak_ok)} of "
             f"{len(weak_ok)} weak ones"
         ),
-        tables=[main_table, paired_table, sweep_table],
+        tables=[
+            titled("Error of the node marginals per method and condition", main_table),
+            titled("RBP against BP, paired over the instances", paired_table),
+            titled("RBP over the penalty weight c", sweep_table),
+        ],
         figures=["rbp_ising_errors.png", "rbp_ising_c_sweep.png"],
         notes=notes,
         captions={

@@ -39,6 +39,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.report import titled
 from robustep.plotting import figure_legend, legend, styled
 
 # Fixed before any run (not tuned): two +1 points on the left, two -1 points on the
@@ -586,8 +587,18 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             f"30%); REP = EP at the largest c: {'yes' if to_ep else 'no'}; PEP worse than EP: "
             f"{'yes' if pep_worse else 'no'}"
         ),
-        tables=[table1, "\n".join(sweep_rows), "\n".join(pep_rows)]
-        + (["\n".join(both_rows)] if both_rows else []),
+        tables=[
+            titled("Posterior mean and errors per method, against the exact posterior", table1),
+            titled(
+                "REP over the penalty weight c (as derived and as printed)", "\n".join(sweep_rows)
+            ),
+            titled("Power EP over the power u", "\n".join(pep_rows)),
+        ]
+        + (
+            [titled("REP against EP on both toys (relative mean error)", "\n".join(both_rows))]
+            if both_rows
+            else []
+        ),
         figures=figures,
         notes=notes,
         captions={
