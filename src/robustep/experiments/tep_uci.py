@@ -32,6 +32,7 @@ import numpy as np
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.experiments.report import titled
 from robustep.plotting import legend, styled
 
 # Futami et al. (2017) Table 1 (error %) and Table 2 (log evidence): (GPC, STC) mean (sd)
@@ -313,7 +314,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "s.e. over splits; crosses: the paper's Table 1 where it gives the cell)."
     )
     key = f"STC error <= GPC error in {n_win} of {len(wins)} (data set, flip) cells"
-    return ExperimentSummary(measured, agrees, [t1, t2], ["tep_uci.png"], notes,
+    tables = [
+        titled("Test error (%), mean (sd) over splits", t1),
+        titled("Log evidence, mean (sd) over splits", t2),
+    ]
+    return ExperimentSummary(measured, agrees, tables, ["tep_uci.png"], notes,
                              captions={"tep_uci.png": caption}, key_number=key)  # fmt: skip
 
 
