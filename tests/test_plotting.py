@@ -131,3 +131,13 @@ def test_class_colors():
     assert class_colors(3) == ["C0", "C1", "C2"]
     with pytest.raises(ValueError):
         class_colors(11)
+
+
+def test_bar_values_are_data(figure):
+    fig, ax = figure
+    ax.bar([0, 1, 2], [1.0, 2.0, 3.0], label="bars")
+    ax.set_ylim(0, 2.5)  # the third bar's value is cut off
+    assert figure_problems(fig) == ["'axes 0': 1 data points outside the axes"]
+    ax.set_ylim(0, 3.2)
+    ax.legend(loc="upper right")  # over the top of the third bar
+    assert [p for p in figure_problems(fig) if "covers 1 data points" in p]
