@@ -3,7 +3,8 @@
 Every example defines ``main(quick: bool, out: pathlib.Path) -> pathlib.Path`` (the
 figure it saved) and ends with ``run(main)``.  ``--quick`` shrinks the problem so that
 the test suite can run every example in seconds; the figures in docs/gallery/ come
-from the default (full) mode.
+from the default (full) mode. Every figure is drawn in the library's figure style
+(:func:`robustep.plotting.style`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from robustep.plotting import style  # noqa: E402
+
 
 def run(main, argv=None):
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -24,6 +27,7 @@ def run(main, argv=None):
     )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = main(quick=args.quick, out=args.out)
+    with style():
+        path = main(quick=args.quick, out=args.out)
     print(f"saved {path}")
     return path

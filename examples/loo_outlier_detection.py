@@ -13,6 +13,7 @@ from matplotlib import pyplot as plt
 
 from robustep import StudentTGPRegressor
 from robustep.diagnostics import plot_loo
+from robustep.plotting import legend
 
 
 def main(quick, out):
@@ -47,10 +48,9 @@ def main(quick, out):
     )
     axes[1].set_xlabel("input x")
     axes[1].set_ylabel("|standardised LOO residual|")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
+    legend(axes[1])
     path = out / "loo_outlier_detection.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path)
     plt.close(fig)
     return path
 

@@ -14,6 +14,7 @@ from matplotlib import pyplot as plt
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.mrf import belief_propagation, exact_marginals, grid_edges, ising
+from robustep.plotting import legend
 
 
 def main(quick, out):
@@ -49,10 +50,9 @@ def main(quick, out):
     ax.set_ylabel("mean TV error of node marginals")
     ax.set_yscale("log")
     ax.set_title(f"{side}x{side} frustrated Ising grid (o converged, x not)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    legend(ax)
     path = out / "mrf_relaxed_bp.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path)
     plt.close(fig)
     return path
 

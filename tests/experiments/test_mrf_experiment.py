@@ -9,6 +9,7 @@ import pytest
 from robustep.experiments import base
 from robustep.experiments.base import ExperimentSummary
 from robustep.experiments.rbp_ising import EXPERIMENT, _graph
+from robustep.experiments.report import table_title
 
 TINY = {
     "graphs": ["grid:2x3", "complete:4"],
@@ -54,7 +55,8 @@ def test_rbp_ising_runs_and_reports(tmp_path):
     summary = EXPERIMENT.report(res, tmp_path)
     assert isinstance(summary, ExperimentSummary)
     assert summary.agrees in (True, False, None)
-    assert len(summary.tables) == 3 and all(t.startswith("|") for t in summary.tables)
+    assert len(summary.tables) == 3 and all(table_title(t) for t in summary.tables)
+    assert all(t.split("\n\n", 1)[1].startswith("|") for t in summary.tables)
     for f in summary.figures:
         assert (tmp_path / f).stat().st_size > 1000
     assert set(summary.captions) == set(summary.figures)  # one caption per figure

@@ -18,6 +18,8 @@ from robustep.experiments.report import (
     dump_json,
     markdown_table,
     markdown_to_html,
+    table_title,
+    titled,
     write_index,
 )
 from robustep.experiments.runner import (
@@ -126,6 +128,15 @@ def test_markdown_to_html():
         "<p>trailing</p>",
     ]
     assert markdown_to_html("| not a table") == "<p>| not a table</p>"
+
+
+def test_titled_tables():
+    t = titled("Errors <per> method", markdown_table(["a"], [[1]]))
+    assert table_title(t) == "Errors <per> method"
+    assert table_title(markdown_table(["a"], [[1]])) is None
+    h = markdown_to_html(t).splitlines()
+    assert h[0] == "<p><strong>Errors &lt;per&gt; method</strong></p>"
+    assert h[1] == "<table><tr><th>a</th></tr>"
 
 
 def test_agreement_label():
@@ -262,6 +273,7 @@ def test_figures_are_closed(tmp_path):
     def report(results, out_dir):
         fig, ax = plt.subplots()
         ax.plot([0, 1])
+        ax.set(xlabel="x", ylabel="y")
         fig.savefig(out_dir / "plot.png", dpi=20)
         return base.ExperimentSummary("m", True, figures=["plot.png"])
 

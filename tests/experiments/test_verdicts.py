@@ -61,3 +61,25 @@ def test_tgp_fixed_report_with_unconverged_mcmc_says_partly(tmp_path):
     assert "reference not converged" in s.key_number
     results["mcmc_rhat"] = {"log_l": 1.03, "log_s": 1.02}
     assert tgp_fixed.report(results, tmp_path).agrees is True
+
+
+def test_tgp_examples_verdict_needs_a_converged_reference():
+    from robustep.experiments import tgp_examples
+
+    assert tgp_examples.verdict(True, True, 2, 1.03) == (True, "MCMC R-hat max 1.03")
+    agrees, text = tgp_examples.verdict(True, True, 2, 1.74)
+    assert agrees is None and "R-hat max 1.74" in text and "not converged" in text
+    agrees, text = tgp_examples.verdict(True, True, 2, np.nan)
+    assert agrees is None and "unknown" in text
+    # the findings that do not use MCMC still refute the claim on their own
+    assert tgp_examples.verdict(True, False, 1, 1.74)[0] is False
+    assert tgp_examples.verdict(False, False, 1, 1.02)[0] is False
+    assert tgp_examples.verdict(False, True, 2, 1.02)[0] is None
+
+
+def test_tgp_examples_rhat_max():
+    from robustep.experiments.tgp_examples import mcmc_rhat_max
+
+    assert mcmc_rhat_max({"rhat": {"a": 1.01, "b": 1.3}}) == 1.3
+    assert np.isnan(mcmc_rhat_max({"rhat": {"a": 1.01, "b": float("nan")}}))
+    assert np.isnan(mcmc_rhat_max({}))

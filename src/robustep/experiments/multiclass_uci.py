@@ -37,6 +37,7 @@ import numpy as np
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.plotting import legend, styled
 
 MODELS = ("nested-ep", "laplace-ovr", "ep-ovr")
 
@@ -208,6 +209,7 @@ def summarise(results: dict) -> dict:
     return table
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
@@ -244,7 +246,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             wins += (
                 table[(d, "nested-ep")]["log_loss"][0] <= table[(d, "laplace-ovr")]["log_loss"][0]
             )
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9))
     xs = np.arange(len(datasets))
     width = 0.8 / max(len(models), 1)
     for k, m in enumerate(models):
@@ -253,11 +255,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             sd = [table[(d, m)][metric][1] for d in datasets]
             ax.bar(xs + (k - (len(models) - 1) / 2) * width, mean, width, yerr=sd, label=m)
     for ax, label in zip(axes, ("test error (%)", "test log loss"), strict=True):
-        ax.set_xticks(xs, datasets, fontsize=8)
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "multiclass_uci.png", dpi=110)
+        ax.set_xticks(xs, datasets)
+        ax.set_xlabel("data set")
+        ax.set_ylabel(f"{label}, mean ± 1 sd over splits")
+    legend(axes[0])
+    fig.savefig(out_dir / "multiclass_uci.png")
     plt.close(fig)
     agrees = None if n_cmp == 0 else (True if wins == n_cmp else (False if wins == 0 else None))
     capped = {k: v for k, v in (cfg.get("splits_per_dataset") or {}).items() if k in datasets}

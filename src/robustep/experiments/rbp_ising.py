@@ -43,7 +43,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.experiments.report import titled
 from robustep.mrf import belief_propagation, complete_edges, exact_marginals, grid_edges, ising
+from robustep.plotting import figure_legend, legend, styled
 
 METHODS = {
     "BP": dict(method="bp"),
@@ -223,6 +225,7 @@ def _summaries(results: dict) -> dict:
     return s
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
@@ -310,16 +313,15 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels([short.get(m, m) for m in names], rotation=30)
         ax.set_xlabel("method")
-        ax.set_title(key.replace("|", ", ") + " couplings", fontsize=9)
-        ax.set_ylabel("mean |p(x_i=+1) − q(x_i=+1)| (probability)", fontsize=8)
+        ax.set_title(key.replace("|", ", ") + " couplings")
+        ax.set_ylabel("mean |p(x_i=+1) − q(x_i=+1)| (probability)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(out_dir / "rbp_ising_errors.png", dpi=120)
+    figure_legend(fig, handles, labels, ncol=3, frameon=False)
+    fig.savefig(out_dir / "rbp_ising_errors.png")
     plt.close(fig)
 
     # figure 2: c sweep
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = plt.subplots(figsize=(7, 3.8))
     for key in keys:
         sw = S[key]["c_sweep"]
         cs = [float(c) for c in sw]
@@ -339,10 +341,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         )
     ax.set_xscale("log")
     ax.set_xlabel("l1 penalty weight c (dimensionless, log scale)")
-    ax.set_ylabel("mean |p(x_i=+1) − q(x_i=+1)| (probability)", fontsize=8)
-    ax.legend(fontsize=6, title="RBP ± 1 s.e. (markers); BP (dotted)", title_fontsize=6, ncol=1)
-    fig.tight_layout()
-    fig.savefig(out_dir / "rbp_ising_c_sweep.png", dpi=120)
+    ax.set_ylabel("mean |p(x_i=+1) − q(x_i=+1)| (probability)")
+    legend(ax, title="RBP ± 1 s.e. (markers); BP (dotted)")
+    fig.savefig(out_dir / "rbp_ising_c_sweep.png")
     plt.close(fig)
 
     # verdict: weak -> RBP comparable to BP and b mostly 0; strong -> RBP clearly better than
@@ -411,7 +412,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             f"{len(strong_ok)} strong-coupling settings; as BP in {sum(weak_ok)} of "
             f"{len(weak_ok)} weak ones"
         ),
-        tables=[main_table, paired_table, sweep_table],
+        tables=[
+            titled("Error of the node marginals per method and condition", main_table),
+            titled("RBP against BP, paired over the instances", paired_table),
+            titled("RBP over the penalty weight c", sweep_table),
+        ],
         figures=["rbp_ising_errors.png", "rbp_ising_c_sweep.png"],
         notes=notes,
         captions={

@@ -33,6 +33,7 @@ from sklearn.gaussian_process.kernels import RBF
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.plotting import figure_legend, legend, styled
 
 METHODS = ("EP", "PEP", "DEP", "REP")
 
@@ -257,6 +258,7 @@ def _se(x):
     return float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Table (iterations / divergent runs / test error), R curves and decision boundaries."""
     import matplotlib
@@ -306,9 +308,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_xlabel("sweep over all sites")
         ax.set_ylabel("R = ‖α_t − α_{t−1}‖₂ (1/latent units, log scale)")
         ax.set_title(f"{rate:.0%} flipped labels (repetition 0)")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "rep_synthetic_R.png", dpi=110)
+        legend(ax)
+    fig.savefig(out_dir / "rep_synthetic_R.png")
     plt.close(fig)
     figs.append("rep_synthetic_R.png")
 
@@ -326,9 +327,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             ax.set_title(f"{m} ({ex['rate']:.0%} flipped)")
             ax.set_xlabel("input x₁ (dimensionless)")
             ax.set_ylabel("input x₂ (dimensionless)")
-            ax.legend(fontsize=6, loc="lower left")
-        fig.tight_layout()
-        fig.savefig(out_dir / "rep_synthetic_boundaries.png", dpi=110)
+        # one legend below the panels: the boundary crosses the whole of each panel
+        figure_legend(fig, *np.atleast_1d(axes)[0].get_legend_handles_labels())
+        fig.savefig(out_dir / "rep_synthetic_boundaries.png")
         plt.close(fig)
         figs.append("rep_synthetic_boundaries.png")
 

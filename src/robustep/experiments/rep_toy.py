@@ -39,6 +39,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.report import titled
+from robustep.plotting import figure_legend, legend, styled
 
 # Fixed before any run (not tuned): two +1 points on the left, two -1 points on the
 # right, and a +1 point far on the right (the mislabeled one, index 4).
@@ -333,6 +335,7 @@ def _non_converged_note(results: dict) -> str:
     )
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Table of errors, decision boundaries and error-vs-u / error-vs-c figures."""
     import matplotlib
@@ -416,22 +419,22 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.scatter(*X[y > 0].T, marker="x", c="red", s=60, label="training point, y = +1")
         ax.scatter(*X[y < 0].T, marker="o", facecolors="none", edgecolors="blue", s=60,
                    label="training point, y = −1")  # fmt: skip
-        t = np.linspace(-4, 4, 2)
         lines = {"exact posterior mean": ex_m}
         lines.update({k: np.asarray(v["mean"]) for k, v in toy["methods"].items()})
         styles = ["k-", "g--", "c-.", "m:", "r--"]
         for (name, w), st in zip(lines.items(), styles, strict=False):
             d = np.array([-w[1], w[0]]) / max(np.linalg.norm(w), 1e-300)
-            ax.plot(t * d[0], t * d[1], st, label=f"boundary: {name}")
-        ax.set_xlim(-3.5, 3.5)
-        ax.set_ylim(-3.5, 3.5)
+            ax.axline((0.0, 0.0), (d[0], d[1]), ls=st[1:], color=st[0], label=f"boundary: {name}")
+        span = max(3.5, 1.1 * float(np.abs(X).max()))
+        ax.set_xlim(-span, span)
+        ax.set_ylim(-span, span)
         ax.set_aspect("equal")
         ax.set_xlabel("input x₁ (dimensionless)")
         ax.set_ylabel("input x₂ (dimensionless)")
-        ax.legend(fontsize=6, loc="lower left")
-        ax.set_title(f"{title}:\nboundaries wᵀx = 0 at posterior means", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "rep_toy_boundaries.png", dpi=110)
+        ax.set_title(f"{title}:\nboundaries wᵀx = 0 at posterior means")
+    # one legend below the panels: the boundaries cross the whole of each panel
+    figure_legend(fig, *axes[0, 0].get_legend_handles_labels(), ncol=4)
+    fig.savefig(out_dir / "rep_toy_boundaries.png")
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 2, figsize=(9, 7))
@@ -442,8 +445,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_ylabel(
             "‖μ − μ*‖² (squared w units)" if lab == "mean" else "‖Σ − Σ*‖²_F (squared w² units)"
         )
-        ax.set_title(f"paper's toy: PEP, error of the {lab}", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(f"paper's toy: PEP, error of the {lab}")
+        legend(ax)
     pr_m = np.array([p["err_mean"] if p else np.nan for p in printed])
     pr_c = np.array([p["err_cov"] if p else np.nan for p in printed])
     for ax, vals, pvals, lab in (
@@ -458,17 +461,16 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_ylabel(
             "‖μ − μ*‖² (squared w units)" if lab == "mean" else "‖Σ − Σ*‖²_F (squared w² units)"
         )
-        ax.set_title(f"paper's toy: REP, error of the {lab}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "rep_toy_errors.png", dpi=110)
+        ax.set_title(f"paper's toy: REP, error of the {lab}")
+        legend(ax)
+    fig.savefig(out_dir / "rep_toy_errors.png")
     plt.close(fig)
     figures = ["rep_toy_boundaries.png", "rep_toy_errors.png"]
 
     # both toys: REP vs EP in relative mean error (units of the exact posterior's std)
     both_rows, both_parts = [], []
     if second:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 6))
         both_rows = [
             "| toy | EP rel. mean error | REP (c = 20) rel. mean error | best REP over the c sweep "
             "(c) | c where REP beats EP on mean and cov. | EP / REP (c = 20) ‖Σ−Σ*‖²_F |",
@@ -508,10 +510,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_yscale("log")
         ax.set_xlabel("l1 penalty weight c (precision units of f, log scale)")
         ax.set_ylabel("‖μ − μ*‖₂ / √(tr Σ*/2) (fraction of posterior std)")
-        ax.set_title("REP vs EP on both toys: mean error relative to the exact std", fontsize=9)
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(out_dir / "rep_toy_both.png", dpi=110)
+        ax.set_title("REP vs EP on both toys: mean error relative to the exact std")
+        figure_legend(fig, *ax.get_legend_handles_labels(), ncol=1)
+        fig.savefig(out_dir / "rep_toy_both.png")
         plt.close(fig)
         figures.append("rep_toy_both.png")
 
@@ -586,8 +587,18 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             f"30%); REP = EP at the largest c: {'yes' if to_ep else 'no'}; PEP worse than EP: "
             f"{'yes' if pep_worse else 'no'}"
         ),
-        tables=[table1, "\n".join(sweep_rows), "\n".join(pep_rows)]
-        + (["\n".join(both_rows)] if both_rows else []),
+        tables=[
+            titled("Posterior mean and errors per method, against the exact posterior", table1),
+            titled(
+                "REP over the penalty weight c (as derived and as printed)", "\n".join(sweep_rows)
+            ),
+            titled("Power EP over the power u", "\n".join(pep_rows)),
+        ]
+        + (
+            [titled("REP against EP on both toys (relative mean error)", "\n".join(both_rows))]
+            if both_rows
+            else []
+        ),
         figures=figures,
         notes=notes,
         captions={

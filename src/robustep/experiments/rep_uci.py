@@ -32,6 +32,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.plotting import legend, styled
 
 METHODS = ("EP", "PEP", "DEP", "REP", "Laplace", "sklearn GPC")
 
@@ -207,6 +208,7 @@ def run(config: dict, seed: int) -> dict:
     return results
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Mean ± s.e. of test error per task and method, and a bar chart."""
     import matplotlib
@@ -243,12 +245,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.bar(np.arange(len(tasks)) + j * width, means, width, yerr=ses,
                label=f"{m} (mean ± 1 s.e. over splits)" if j == 0 else m)  # fmt: skip
     ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
-    ax.set_xticklabels(tasks, rotation=20, fontsize=8)
+    ax.set_xticklabels(tasks, rotation=20)
     ax.set_xlabel("task (data set, added label noise)")
     ax.set_ylabel("test error (fraction of test points)")
-    ax.legend(fontsize=7, ncol=3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "rep_uci_errors.png", dpi=110)
+    legend(ax, ncol=3)
+    fig.savefig(out_dir / "rep_uci_errors.png")
     plt.close(fig)
 
     wins, sig_wins, losses = 0, 0, 0

@@ -38,6 +38,8 @@ __all__ = [
     "load_runs",
     "markdown_table",
     "markdown_to_html",
+    "table_title",
+    "titled",
     "write_experiment_readme",
     "write_index",
 ]
@@ -111,6 +113,22 @@ def markdown_table(header: list[str], rows: list[list[Any]], float_format: str =
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def titled(title: str, table: str) -> str:
+    """``table`` (Markdown) under its bold title line: the form of every table of an
+    experiment page that shows several (the page renders the title above the table)."""
+    return f"**{title}**\n\n{table.strip()}"
+
+
+def table_title(table: str) -> str | None:
+    """The title of a table made by :func:`titled` (its first line in bold), or None."""
+    first = table.strip().splitlines()[0] if table.strip() else ""
+    match = _TITLE.match(first)
+    return match.group(1) if match else None
+
+
+_TITLE = re.compile(r"^\*\*(.+?)\*\*")
 
 
 def _config_block(config: dict) -> str:
@@ -198,8 +216,9 @@ def _split_row(line: str) -> list[str]:
 def markdown_to_html(text: str) -> str:
     """Minimal Markdown for report pages: pipe tables become HTML tables, other lines <p>.
 
-    Anything that is not a pipe table is shown as escaped text, so no Markdown
-    feature is ever misrendered, only left as written.
+    Anything that is not a pipe table or a bold title at the start of a line (a table's
+    title, :func:`titled`) is shown as escaped text, so no Markdown feature is ever
+    misrendered, only left as written.
     """
     e = html.escape
     out: list[str] = []
@@ -223,7 +242,11 @@ def markdown_to_html(text: str) -> str:
                 i += 1
             out.append("</table>")
             continue
-        if line.strip():
+        title = _TITLE.match(line.strip())
+        if title:  # a table's title (see titled): bold, the rest of the line as written
+            rest = line.strip()[title.end() :]
+            out.append(f"<p><strong>{e(title.group(1))}</strong>{e(rest)}</p>")
+        elif line.strip():
             out.append(f"<p>{e(line)}</p>")
         i += 1
     return "\n".join(out)

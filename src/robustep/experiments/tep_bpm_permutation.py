@@ -28,6 +28,7 @@ import numpy as np
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.plotting import figure_legend, styled
 from robustep.tep.ep import linear_posterior, linear_tep
 
 MEANS = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
@@ -112,6 +113,7 @@ def _stats(results, method):
     return runs, ang, err, conv
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
@@ -159,10 +161,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.set_xlim(-2, 2)
         ax.set_ylim(-2, 2)
         ax.set_xlabel("input x₁ (dimensionless)")
-        ax.legend(fontsize=7, loc="lower left")
     axes[0].set_ylabel("input x₂ (dimensionless)")
-    fig.tight_layout()
-    fig.savefig(out_dir / "tep_bpm_permutation.png", dpi=110)
+    figure_legend(fig, *axes[0].get_legend_handles_labels())
+    fig.savefig(out_dir / "tep_bpm_permutation.png")
     plt.close(fig)
     sd_adf, sd_ep = stats["adf"][0].std(), stats["ep"][0].std()
     agrees = bool(sd_ep < sd_adf) if stats["ep"][2] == 1.0 else None

@@ -22,6 +22,7 @@ import numpy as np
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.plotting import legend, styled
 
 
 def make_data(n, rng):
@@ -128,6 +129,7 @@ def run(config: dict, seed: int) -> dict:
     return out
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
@@ -168,10 +170,9 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.plot([], [], color="grey", ls="--", label="p(y=+1) = 0.5, fitted without")
         ax.set_title(f"{name} (solid: with outliers, dashed: without)")
         ax.set_xlabel("input x₁ (dimensionless)")
-        ax.legend(fontsize=6, loc="lower left")
+        legend(ax)
     axes[0].set_ylabel("input x₂ (dimensionless)")
-    fig.tight_layout()
-    fig.savefig(out_dir / "tep_outliers.png", dpi=110)
+    fig.savefig(out_dir / "tep_outliers.png")
     plt.close(fig)
     s, gp = m["STC"], m["GPC"]
     # "keeps its boundary" needs a clear difference, not a tie: STC must be moved by the

@@ -32,6 +32,8 @@ import numpy as np
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import parallel_map
+from robustep.experiments.report import titled
+from robustep.plotting import legend, styled
 
 # Futami et al. (2017) Table 1 (error %) and Table 2 (log evidence): (GPC, STC) mean (sd)
 PAPER_ERROR = {
@@ -205,6 +207,7 @@ def _fmt(v):
     return f"{v[0]:.1f} ({v[1]:.1f})"
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
@@ -217,6 +220,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     rows_err, rows_ev = [], []
     wins = []
     summary = {}
+    standard_error = {}  # (data set, flip, model) -> (s.e. of the mean error %, splits)
     for ds, flip in keys:
         cell = {}
         for model in ("GPC", "STC"):
@@ -227,6 +231,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             ev = np.array([r["log_evidence"] for r in sel])
             conv = np.mean([r["converged"] for r in sel])
             cell[model] = (e.mean(), e.std()), (ev.mean(), ev.std()), conv
+            se = e.std(ddof=1) / np.sqrt(e.size) if e.size > 1 else np.nan
+            standard_error[(ds, flip, model)] = (se, e.size)
         summary[(ds, flip)] = cell
         wins.append(cell["STC"][0][0] <= cell["GPC"][0][0])
         pe = PAPER_ERROR.get((ds, flip))
@@ -258,24 +264,29 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             *rows_ev,
         ]
     )
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.2))
     labels = [f"{d}\n{100 * f:.0f}%" for d, f in keys]
     xs = np.arange(len(keys))
     for off, model in ((-0.15, "GPC"), (0.15, "STC")):
         m = [summary[k][model][0][0] for k in keys]
-        s = [summary[k][model][0][1] for k in keys]
-        ax.errorbar(xs + off, m, yerr=s, fmt="o", label=f"{model} (ours, mean ± 1 s.e.)")
+        se = np.array([standard_error[(*k, model)][0] for k in keys])
+        splits = sorted({standard_error[(*k, model)][1] for k in keys})
+        n_text = "/".join(map(str, splits))
+        if np.all(np.isfinite(se)):
+            ours = f"{model} (ours, mean ± 1 s.e. over {n_text} splits)"
+            ax.errorbar(xs + off, m, yerr=se, fmt="o", capsize=3, label=ours)
+        else:  # one split: there is no standard error to draw
+            ax.plot(xs + off, m, "o", label=f"{model} (ours, one split: no error bar)")
         p = [
             PAPER_ERROR[k][0 if model == "GPC" else 1][0] if k in PAPER_ERROR else np.nan
             for k in keys
         ]
         ax.plot(xs + off, p, "x", label=f"{model} (paper)")
-    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_xticks(xs, labels)
     ax.set_xlabel("data set and share of flipped training labels")
     ax.set_ylabel("test error (%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "tep_uci.png", dpi=110)
+    legend(ax)
+    fig.savefig(out_dir / "tep_uci.png")
     plt.close(fig)
     n_win = int(np.sum(wins))
     agrees = bool(n_win == len(wins)) if len(wins) else None
@@ -303,7 +314,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "s.e. over splits; crosses: the paper's Table 1 where it gives the cell)."
     )
     key = f"STC error <= GPC error in {n_win} of {len(wins)} (data set, flip) cells"
-    return ExperimentSummary(measured, agrees, [t1, t2], ["tep_uci.png"], notes,
+    tables = [
+        titled("Test error (%), mean (sd) over splits", t1),
+        titled("Log evidence, mean (sd) over splits", t2),
+    ]
+    return ExperimentSummary(measured, agrees, tables, ["tep_uci.png"], notes,
                              captions={"tep_uci.png": caption}, key_number=key)  # fmt: skip
 
 

@@ -46,6 +46,7 @@ from sklearn.model_selection import KFold
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import unit_seed
+from robustep.plotting import legend, styled
 
 ALL_METHODS = ("GA", "LA1", "LA2", "EP1", "EP2", "EP3", "fVB1", "fVB2", "VB1", "VB2", "MCMC")
 _SPEC = {
@@ -344,6 +345,7 @@ def bayesian_bootstrap(values, n_boot=2000, seed=0, level=0.95):
     return float(v.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Fig. 6 (MLPD with intervals, pairwise vs MCMC) and Table 1 (relative CPU times)."""
     import matplotlib
@@ -408,7 +410,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         axes[0].set_yticks(ys, methods)
         axes[0].set_ylabel("method")
         axes[0].set_xlabel("mean log predictive density (nats per test point)")
-        axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+        legend(axes[0], outside="below")
         axes[0].set_title(f"{_TITLES.get(ds, ds)}: MLPD (95% BB)")
         if "MCMC" in res:
             dd = [
@@ -424,12 +426,12 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             )
             axes[1].axvline(0, color="k", lw=0.5, label="MCMC (reference)")
             axes[1].set_yticks(ys, methods)
+            axes[1].set_ylabel("method")
             axes[1].set_xlabel("log predictive density − MCMC's (nats per test point)")
-            axes[1].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+            legend(axes[1], outside="below")
             axes[1].set_title(f"{_TITLES.get(ds, ds)}: pairwise vs MCMC")
-        fig.tight_layout()
         fname = f"fig6_{ds}.png"
-        fig.savefig(out_dir / fname, dpi=100)
+        fig.savefig(out_dir / fname)
         plt.close(fig)
         figures.append(fname)
     cpu = [

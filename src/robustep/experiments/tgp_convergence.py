@@ -29,6 +29,7 @@ from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.runner import progress
 from robustep.experiments.tgp_examples import make_example
 from robustep.likelihoods import StudentT
+from robustep.plotting import figure_legend, styled
 
 # name -> (panel, keyword arguments of expectation_propagation)
 ALGORITHMS = {
@@ -96,37 +97,47 @@ def run(config: dict, seed: int) -> dict:
     return out
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     runs = results["runs"]
     names = list(runs)
-    fig, axes = plt.subplots(2, len(names), figsize=(3.0 * len(names), 5.5), squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(names), figsize=(2.5 * len(names), 5.6), sharex="col", sharey="row", squeeze=False
+    )
     for j, name in enumerate(names):
         r = runs[name]
         nl = np.array([np.nan if v is None else v for v in r["neg_log_Z"]], dtype=float)
-        axes[0, j].plot(np.arange(1, nl.size + 1), nl, lw=1, label="−log Z_EP")
-        axes[0, j].set_title(f"({r['panel']}) {name}", fontsize=8)
-        axes[0, j].set_xscale("log")
         finite = nl[np.isfinite(nl)]
-        if finite.size:  # frame the end of the run; early transients may leave the frame
-            last = finite[-1]
-            axes[0, j].set_ylim(last - 5, last + 15)
+        # distance to the run's last value on a symmetric log scale: the final
+        # oscillations (below 1 nat) and the early transients (tens of nats) both show
+        last = finite[-1] if finite.size else 0.0
+        axes[0, j].plot(np.arange(1, nl.size + 1), nl - last, lw=1, color="C0")
+        axes[0, j].set_yscale("symlog", linthresh=0.1)
+        axes[0, j].yaxis.get_major_locator().set_params(numticks=8)
+        axes[0, j].set_title(f"({r['panel']}) {name}", wrap=True)
         sp = np.array(r["site_precision"], dtype=float)
         if sp.size:
             for k in range(sp.shape[1]):
-                axes[1, j].plot(np.arange(1, sp.shape[0] + 1), sp[:, k], lw=1, label=f"y{k + 1}")
+                axes[1, j].plot(
+                    np.arange(1, sp.shape[0] + 1), sp[:, k], lw=1, color=f"C{k + 1}",
+                    label=f"site of y{k + 1}",
+                )  # fmt: skip
         axes[1, j].set_xscale("log")
-        axes[1, j].set_xlabel("iteration (log scale)")
-        axes[1, j].legend(fontsize=6, title="site of", title_fontsize=6)
-        axes[0, j].legend(fontsize=6)
-    axes[0, 0].set_ylabel("−log Z_EP (nats)")
+        axes[1, j].set_xlabel("iteration")
+        axes[0, j].tick_params(labelbottom=False)
+    for ax in axes.ravel():
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: no crowded labels
+    axes[0, 0].set_ylabel("−log Z_EP − its last value\n(nats, symmetric log scale)")
     axes[1, 0].set_ylabel("site precision τ̃ (1/y units²)")
-    fig.tight_layout()
-    fig.savefig(out_dir / "convergence.png", dpi=110)
+    handles, labels = axes[1, 0].get_legend_handles_labels()
+    figure_legend(fig, handles, labels)
+    fig.savefig(out_dir / "convergence.png")
     plt.close(fig)
 
     rows = ["| panel | algorithm | paper | converged | iterations | -log Z_EP | seconds |",
@@ -169,8 +180,10 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "undefined (a cavity precision is not positive) the curve has a gap."
     )
     caption = (
-        "EP's negative log marginal likelihood (top) and the site precisions of the outlying "
-        "observations (bottom) along the iterations of each algorithm (JMLR Fig. 3)."
+        "EP's negative log marginal likelihood, less its value at the last iteration (top, "
+        "symmetric log scale: 0 once the run settles), and the site precisions of the "
+        "observations (bottom) along the iterations of each algorithm (JMLR Fig. 3); "
+        "gaps: -log Z_EP undefined."
     )
     return ExperimentSummary(
         measured=measured, agrees=agrees, tables=[table], figures=["convergence.png"], notes=notes,

@@ -33,6 +33,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import unit_seed
+from robustep.plotting import legend, styled
 
 
 def _map_fit(item, config):
@@ -230,6 +231,7 @@ def verdict(
     return agrees, key
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Contour maps (EP, fEP, AIS) per example and the MAE table."""
     import matplotlib
@@ -244,7 +246,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         "median AIS s.e. |",
         "|---|---|---|---|---|---|",
     ]
-    fig, axes = plt.subplots(2, 3, figsize=(13, 8))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 8.5))
     summary = {}
     for r_i, (ex, e) in enumerate(sorted(results["examples"].items())):
         ll, ls = np.asarray(e["log_l"]), np.asarray(e["log_sigma_se2"])
@@ -256,7 +258,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             Z = np.asarray(e[key], float)
             ax = axes[r_i, c_i]
             cs = ax.contour(ll, ls, Z.T, levels=levels)
-            ax.plot([], [], color=cs.cmap(0.7), label="log Z contours (same levels per row)")
+            ax.clabel(cs, levels=cs.levels[::3], fmt="%.1f", fontsize=7)
             if key == "ep" and fail.any():
                 I, J = np.nonzero(fail)
                 ax.plot(ll[I], ls[J], "k.", ms=4, label="sequential EP failed")
@@ -266,7 +268,11 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             ax.set_title(f"ex. {ex}: {key.upper()}")
             ax.set_xlabel("log length-scale log l (l in x units)")
             ax.set_ylabel("log signal variance log σ²_se (y units²)")
-            ax.legend(fontsize=6, loc="lower right")
+            legend(ax)
+            if c_i == 2:
+                fig.colorbar(
+                    cs, ax=axes[r_i, :], label=f"ex. {ex}: log Z (nats; same levels per row)"
+                )
             if key != "ais":
                 d = Z - ais
                 # AIS runs that had to start from the prior (EP failed there) have large
@@ -282,8 +288,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
                     f"{float(np.nanmedian(e['ais_se'])):.3f} (excluded: "
                     f"{int(np.sum(~reliable))} points with AIS s.e. >= 0.5) |"
                 )
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig4_evidence.png", dpi=110)
+    fig.savefig(out_dir / "fig4_evidence.png")
     plt.close(fig)
     mae1 = max(summary.get(("1", "ep"), (np.inf,))[0], summary.get(("1", "fep"), (np.inf,))[0])
     bias_ep2 = summary.get(("2", "ep"), (0, 0))[1]

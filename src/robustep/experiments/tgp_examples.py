@@ -29,6 +29,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
+from robustep.experiments.report import titled
+from robustep.experiments.tgp_fixed import RHAT_CONVERGED
+from robustep.plotting import figure_legend, legend, styled
 
 METHODS = ("EP", "fEP", "LA", "fVB", "VB", "MCMC")
 _EST = {
@@ -227,6 +230,11 @@ def run(config: dict, seed: int) -> dict:
                     "converged": bool(est.converged_),
                     "n_negative_sites": int(np.sum(est.negative_precision_)),
                 }
+                diagnostics = getattr(est, "mcmc_diagnostics_", None)
+                if diagnostics:
+                    ex_res["methods"][name]["rhat"] = {
+                        k: float(v) for k, v in diagnostics["rhat"].items()
+                    }
             results["examples"][str(ex)] = ex_res
         X, y = make_example(1, n_regular=config["n_regular"], random_state=seed)
         ys = (y - y.mean()) / y.std()
@@ -254,6 +262,57 @@ def run(config: dict, seed: int) -> dict:
             "sweeps": int(config["fig2_sweeps"]),
         }
     return results
+
+
+def mcmc_rhat_max(method_result: dict) -> float:
+    """Largest split R-hat of an MCMC fit's scalar parameters (NaN when unknown: no MCMC
+    fit, no diagnostics saved, or a parameter without an R-hat)."""
+    rhat = np.asarray(list((method_result.get("rhat") or {}).values()), float)
+    if rhat.size == 0 or np.any(np.isnan(rhat)):
+        return float("nan")
+    return float(np.max(rhat))
+
+
+def verdict(
+    ex1_closest: bool, ex2_wider: bool, n_modes_eta1: int, rhat_max: float
+) -> tuple[bool | None, str]:
+    """The verdict of tgp-examples and the R-hat it relies on.
+
+    Parameters
+    ----------
+    ex1_closest : bool
+        Example 1: EP's density of f(2) is clearly closer to MCMC's (total variation) than
+        LA's and fVB's.
+    ex2_wider : bool
+        Example 2: EP's std of f(2) is larger than fractional EP's.
+    n_modes_eta1 : int
+        Modes of the Fig. 2 tilted distribution at eta = 1 (the paper: two).
+    rhat_max : float
+        Largest R-hat of example 1's MCMC reference.
+
+    Returns
+    -------
+    agrees : bool or None
+        True when all three findings hold and the MCMC reference converged (R-hat <=
+        :data:`~robustep.experiments.tgp_fixed.RHAT_CONVERGED`); False when none holds
+        (the first not counted when the reference did not converge); else None.
+    text : str
+        The R-hat and, when the reference did not converge, that example 1's comparison is
+        undecided.
+    """
+    converged = bool(np.isfinite(rhat_max) and rhat_max <= RHAT_CONVERGED)
+    if not converged:
+        text = (
+            f"MCMC R-hat max {rhat_max:.2f} > {RHAT_CONVERGED}: reference not converged, "
+            "example 1's comparison undecided"
+            if np.isfinite(rhat_max)
+            else "MCMC R-hat unknown: reference not checked, example 1's comparison undecided"
+        )
+        others = (ex2_wider, n_modes_eta1 >= 2)
+        return (False if not any(others) else None), text
+    findings = (ex1_closest, ex2_wider, n_modes_eta1 >= 2)
+    agrees = True if all(findings) else (False if not any(findings) else None)
+    return agrees, f"MCMC R-hat max {rhat_max:.2f}"
 
 
 def _fmt_modes(d):
@@ -321,6 +380,7 @@ def _tv(p, q, dx):
     return 0.5 * float(np.sum(np.abs(np.asarray(p) - np.asarray(q))) * dx)
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Figures 1 and 2, and a table of the predictive mean/std of f(2) per method."""
     import matplotlib
@@ -335,8 +395,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         " converged |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    verdict = {}
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    tv_to_mcmc = {}
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     for col, (ex, e) in enumerate(sorted(results["examples"].items())):
         xs = np.asarray(e["x_grid"])
         fg = np.asarray(e["f_grid"])
@@ -348,31 +408,39 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         mc = e["methods"].get("MCMC")
         for name, r in e["methods"].items():
             m, s = np.asarray(r["mean"]), np.asarray(r["std"])
-            (ln,) = ax.plot(xs, m, lw=1.2, label=f"{name} mean (dotted: ± 2 std)")
+            (ln,) = ax.plot(xs, m, lw=1.2, label=name)
             ax.plot(xs, m + 2 * s, lw=0.6, color=ln.get_color(), ls=":")
             ax.plot(xs, m - 2 * s, lw=0.6, color=ln.get_color(), ls=":")
-            axes[1, col].plot(fg, r["density_f2"], label=name, color=ln.get_color())
+            axes[1, col].plot(fg, r["density_f2"], color=ln.get_color())
             tv = _tv(r["density_f2"], mc["density_f2"], dx) if mc else float("nan")
-            verdict[(ex, name)] = tv
+            tv_to_mcmc[(ex, name)] = tv
             rows.append(
                 f"| {ex} | {name} | {r['mean_f2']:.3f} | {r['std_f2']:.3f} | {tv:.3f} | "
                 f"{r['kernel']}, nu={r['df']:.2f}, sigma={r['scale']:.3f} | "
                 f"{r['n_negative_sites']} | {r['converged']} |"
             )
         ax.axvline(2.0, color="grey", lw=0.5, label="x = 2 (where f(2) is shown below)")
-        ax.set_title(f"Example {ex}: mean ± 2 std")
-        ax.set_ylim(-4, 4)
+        ax.set_title(f"Example {ex}: mean (solid) ± 2 std (dotted)")
+        # the frame holds every observation and every band: limits from what is drawn
+        drawn = np.concatenate(
+            [np.asarray(e["y"], float)]
+            + [np.asarray(r["mean"]) + k * np.asarray(r["std"]) for r in e["methods"].values()
+               for k in (-2, 2)]
+        )  # fmt: skip
+        pad = 0.05 * float(np.ptp(drawn))
+        ax.set_ylim(float(drawn.min()) - pad, float(drawn.max()) + pad)
         ax.set_xlabel("input x (dimensionless)")
         ax.set_ylabel("output y, latent f (y units)")
-        ax.legend(fontsize=6, ncol=2)
-        axes[1, col].set_title(f"Example {ex}: predictive density of f(2)")
-        axes[1, col].axvline(e["y"][0], color="r", lw=0.5, label="outliers y1, y2")
+        axes[1, col].set_title(
+            f"Example {ex}: predictive density of f(2)\n(red lines: the outliers' values)"
+        )
+        axes[1, col].axvline(e["y"][0], color="r", lw=0.5)
         axes[1, col].axvline(e["y"][1], color="r", lw=0.5)
         axes[1, col].set_xlabel("latent f(2) (y units)")
         axes[1, col].set_ylabel("density p(f(2) | y) (1/y units)")
-        axes[1, col].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig1_examples.png", dpi=110)
+    # one legend for the four panels: the methods have the same colour in each
+    figure_legend(fig, *axes[0, 0].get_legend_handles_labels(), ncol=6)
+    fig.savefig(out_dir / "fig1_examples.png")
     plt.close(fig)
 
     t = results["tilted"]
@@ -385,18 +453,17 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         ax.contour(f1, f2, np.exp(np.asarray(d["log_lik"])).T, 6, colors="r")
         ax.plot([], [], "b-", label="cavity q(f1, f2 | y3..n)")
         ax.plot([], [], "r-", label=f"likelihood p(y1, y2 | f)^{eta}")
-        ax.legend(fontsize=6, loc="lower right")
+        legend(ax)
         ax.set_title(f"q(f1,f2|y3..n) (blue), p(y|f)^{eta} (red)")
         ax = axes[2 * k + 1]
-        ax.contour(f1, f2, np.asarray(d["tilted"]).T, 8)
+        ax.contour(f1, f2, np.asarray(d["tilted"]).T, 8, colors="C0")
         ax.plot([], [], "C0-", label="tilted distribution (contours)")
-        ax.legend(fontsize=6, loc="lower right")
+        legend(ax)
         ax.set_title(f"tilted, eta={eta}: {d['n_modes']} mode(s)")
         for a in axes[2 * k : 2 * k + 2]:
             a.set_xlabel("latent f1 (y units)")
             a.set_ylabel("latent f2 (y units)")
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig2_tilted.png", dpi=110)
+    fig.savefig(out_dir / "fig2_tilted.png")
     plt.close(fig)
 
     hp = t.get("hyperparameters")
@@ -408,12 +475,14 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             f"| {hp['scale']:.3g} | {hp['sweeps']} | {_fmt_modes(t['eta_1.0'])} "
             f"| {_fmt_modes(t['eta_0.5'])} |"
         )
-        rows_extra = [fig2_table]
+        rows_extra = [
+            titled("Fig. 2: the hyperparameters and modes of the tilted distributions", fig2_table)
+        ]
     else:
         rows_extra = []
 
     def g(ex, name):
-        return verdict.get((ex, name), float("nan"))
+        return tv_to_mcmc.get((ex, name), float("nan"))
 
     std = {
         (ex, n): r["std_f2"]
@@ -424,6 +493,7 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
     # fVB in example 1, and wider than fEP in example 2.
     ex1_ok = g("1", "EP") < min(g("1", "LA"), g("1", "fVB")) - 0.05
     ex2_ok = std.get(("2", "EP"), 0) > std.get(("2", "fEP"), np.inf)
+    rhat_max = mcmc_rhat_max(results["examples"]["1"]["methods"].get("MCMC", {}))
     modes = (t["eta_1.0"]["n_modes"], t["eta_0.5"]["n_modes"])
     measured = (
         f"std of f(2): example 1 EP {std.get(('1', 'EP'), float('nan')):.3f}, "
@@ -434,22 +504,24 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
         f"MCMC {std.get(('2', 'MCMC'), float('nan')):.3f}. TV distance to MCMC density of f(2), "
         f"ex. 1: EP {g('1', 'EP'):.2f}, LA {g('1', 'LA'):.2f}, fVB {g('1', 'fVB'):.2f}. "
         f"Fig. 2 tilted distribution modes: eta=1: {modes[0]}, eta=0.5: {modes[1]} "
-        f"(paper: two separate modes at eta=1) at {_mode_text(t)}."
+        f"(paper: two separate modes at eta=1) at {_mode_text(t)}. "
+        f"MCMC reference of example 1: R-hat max {rhat_max:.2f}."
     )
+    agrees, rhat_text = verdict(ex1_ok, ex2_ok, modes[0], rhat_max)
     why = _fig2_explanation(t, results["examples"])
     return ExperimentSummary(
         measured=measured,
         key_number=(
             f"ex. 1 TV to MCMC: EP {g('1', 'EP'):.2f} vs LA {g('1', 'LA'):.2f}, fVB "
             f"{g('1', 'fVB'):.2f}; ex. 2 std EP {std.get(('2', 'EP'), float('nan')):.3f} vs fEP "
-            f"{std.get(('2', 'fEP'), float('nan')):.3f}; tilted modes at eta=1: {modes[0]}"
+            f"{std.get(('2', 'fEP'), float('nan')):.3f}; tilted modes at eta=1: {modes[0]}; "
+            f"{rhat_text}"
         ),
-        agrees=(
-            True
-            if (ex1_ok and ex2_ok and modes[0] >= 2)
-            else (False if not (ex1_ok or ex2_ok or modes[0] >= 2) else None)
-        ),
-        tables=["\n".join(rows), *rows_extra],
+        agrees=agrees,
+        tables=[
+            titled("Fig. 1: the predictive distribution of f(2) per method", "\n".join(rows)),
+            *rows_extra,
+        ],
         figures=["fig1_examples.png", "fig2_tilted.png"],
         captions={
             "fig1_examples.png": "Posterior mean ± 2 std of f for each approximation on the two "

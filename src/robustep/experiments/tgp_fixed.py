@@ -25,6 +25,7 @@ from sklearn.model_selection import KFold
 
 from robustep.experiments.base import Experiment, ExperimentSummary, register
 from robustep.experiments.parallel import unit_seed
+from robustep.plotting import legend, styled
 
 METHODS = {"LA": "laplace", "EP": "ep", "fVB": "fvb", "VB": "vb"}
 
@@ -184,6 +185,7 @@ def verdict(best: dict[str, str], rhat_max: float) -> tuple[bool | None, str]:
     return n_ep == len(best), f"{ranking}; MCMC R-hat max {rhat_max:.2f}"
 
 
+@styled
 def report(results: dict, out_dir: Path) -> ExperimentSummary:
     """Scatter plots vs MCMC (Fig. 5) and mean absolute differences."""
     import matplotlib
@@ -218,9 +220,8 @@ def report(results: dict, out_dir: Path) -> ExperimentSummary:
             ax.set_title(f"{name}: {k}")
             ax.set_xlabel(f"MCMC {k} ({unit})")
             ax.set_ylabel(f"{name} {k} ({unit})")
-            ax.legend(fontsize=6, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(out_dir / "fig5_fixed.png", dpi=100)
+            legend(ax)
+    fig.savefig(out_dir / "fig5_fixed.png")
     plt.close(fig)
     best = {k: min(mad, key=lambda n: mad[n][k]) for k in ("mean", "std", "lpd")}
     rhats = np.asarray(list(results["mcmc_rhat"].values()), float)
