@@ -50,6 +50,13 @@ class _Frame:
         self.L = be.cholesky(be.kernel_mm(kernel, Z, jitter))
         self.log_det_K = be.log_det(self.L)
         self.C = be.cho_inverse(self.L)
+        self._L_inv = None
+
+    def L_inv(self):
+        """L⁻¹ (m, m), computed once per frame."""
+        if self._L_inv is None:
+            self._L_inv = self.be.solve_lower(self.L, self.be.eye(self.L.shape[0]))
+        return self._L_inv
 
     def rows(self, X):
         """(k_i rows (b, m), a_i = C k_i rows (b, m), k_ii (b,), d_i (b,)) of rows X."""
@@ -61,6 +68,14 @@ class _Frame:
         return Kb, a, kd, d
 
 
+def _factor_A(frame, Lam):
+    """Lower Cholesky factor of ``A = I + Lᵀ Lam L`` (symmetrised); LinAlgError when the
+    Gaussian of precision ``C + Lam`` is improper (the whole check of a proposed step)."""
+    be, L = frame.be, frame.L
+    A = be.eye(L.shape[0]) + L.T @ Lam @ L
+    return be.cholesky(0.5 * (A + A.T))
+
+
 class _Gauss:
     """N(u | m, S) with precision ``C + Lam`` and shift ``b`` (eq. E1), via
     ``A = I + Lᵀ Lam L`` (``S = L A⁻¹ Lᵀ``): no inverse of an ill-conditioned K is formed
@@ -69,15 +84,12 @@ class _Gauss:
     def __init__(self, frame: _Frame, Lam, b):
         be = frame.be
         L = frame.L
-        m = L.shape[0]
-        A = be.eye(m) + L.T @ Lam @ L
-        A = 0.5 * (A + A.T)
-        self.L_A = be.cholesky(A)  # LinAlgError when q is improper
+        self.L_A = _factor_A(frame, Lam)  # LinAlgError when q is improper
         LAi_Lt = be.solve_lower(self.L_A, L.T)  # L_A⁻¹ Lᵀ
         self.S = LAi_Lt.T @ LAi_Lt
         self.mean = self.S @ b
         # C S C = L⁻ᵀ A⁻¹ L⁻¹ and C m
-        LAi_Linv = be.solve_lower(self.L_A, be.solve_lower(L, be.eye(m)))
+        LAi_Linv = be.solve_lower(self.L_A, frame.L_inv())
         self.CSC = LAi_Linv.T @ LAi_Linv
         self.Cm = frame.C @ self.mean
         log_det_A = be.log_det(self.L_A)
@@ -201,7 +213,7 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
         for _ in range(11):
             Lam = (1.0 - eps) * sites.Lam + eps * 0.5 * (Lam_B + Lam_B.T)
             try:
-                _Gauss(frame, n * Lam, n * sites.b)
+                _factor_A(frame, n * Lam)
             except np.linalg.LinAlgError:
                 eps *= 0.5
                 continue
@@ -215,7 +227,7 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
             dLam = (a * (eps * dbeta)[:, None]).T @ a
             Lam = sites.Lam + 0.5 * (dLam + dLam.T)
             try:
-                _Gauss(frame, Lam, sites.b)
+                _factor_A(frame, Lam)
             except np.linalg.LinAlgError:
                 eps *= 0.5
                 continue
@@ -623,7 +635,7 @@ def _learn(be, source, kernel, likelihood, Z, n, m, b_size, alpha, rng, *, n_epo
                     x_new = adam.step(x, grad, float(lr_at(t)))
                     try:
                         new_frame = _Frame(be, *unpack(x_new)[::2], jitter)
-                        _Gauss(new_frame, *sites.q_natural())
+                        _factor_A(new_frame, sites.q_natural()[0])
                     except np.linalg.LinAlgError:
                         pass  # the step made K_mm or q improper: skip it
                     else:
