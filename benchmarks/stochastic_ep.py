@@ -148,6 +148,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--power", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr-decay-epochs", type=float, default=5.0)
     parser.add_argument("--damping", type=float, default=2.0)
     parser.add_argument("--per-point", action="store_true", help="one site per point")
     parser.add_argument("--max-time", type=float, default=None)
@@ -205,6 +206,7 @@ def main(argv=None):
         sub = X[np.random.default_rng(0).choice(args.n, min(args.n, 20 * args.m), replace=False)]
     Z = KMeans(args.m, n_init=1, random_state=0).fit(sub).cluster_centers_
     common = dict(power=args.power, batch_size=args.batch, learning_rate=args.lr,
+                  lr_decay_epochs=args.lr_decay_epochs,
                   damping=args.damping, tied_sites=not args.per_point, random_state=0)  # fmt: skip
 
     if args.device is not None:

@@ -13,6 +13,8 @@ robustep.ep._stochastic_backend, robustep.ep._minibatches; docs/derivations/stoc
 * what is not supported raises errors that say what to do.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -223,10 +225,12 @@ def test_dask_fit_is_the_same_with_threads_and_with_a_distributed_client():
     yd = da.from_array(y, chunks=50)  # rechunked to X's rows
     kw = dict(power=0.5, batch_size=64, n_epochs=2, learning_rate=0.05, random_state=4)
     a = fit_stochastic_ep(ConstantKernel(1.0) * RBF(1.0), Xd, yd, Probit(), Z, **kw)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:  # fmt: skip
-        with distributed.Client(cluster):
-            b = fit_stochastic_ep(ConstantKernel(1.0) * RBF(1.0), Xd, y, Probit(), Z, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dashboard's port
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                           dashboard_address=None)  # fmt: skip
+    with cluster, distributed.Client(cluster):
+        b = fit_stochastic_ep(ConstantKernel(1.0) * RBF(1.0), Xd, y, Probit(), Z, **kw)
     np.testing.assert_array_equal(a.mean, b.mean)
     np.testing.assert_array_equal(a.inducing_inputs, b.inducing_inputs)
     assert a.n_steps == b.n_steps == 2 * 7
