@@ -21,6 +21,12 @@ Two kinds of sites:
 
 Cost per step: O(|B| m² + m³) for a minibatch B; nothing of size n × n, and no pass over
 the data except the per-epoch refresh of per-point sites.
+
+X may be a Dask array chunked by rows (tied sites): the minibatches are then cut from one
+block at a time, the next block computed meanwhile (:mod:`robustep.ep._minibatches`,
+stochastic_ep.md §6).  ``device=`` runs the per-step linear algebra, the kernel blocks
+and their gradients and Adam on an array-API library and device, e.g. PyTorch on a GPU
+(:mod:`robustep.ep._stochastic_backend`, §8); numpy is the default.
 """
 
 from __future__ import annotations
@@ -434,7 +440,8 @@ def _schedule(value, default_decay):
 
 
 def _batches(X, y, likelihood, tied_sites, batch_size, rng):
-    """(the minibatch source of X, y; n; d): in memory, or block by block for Dask X."""
+    """(minibatch source, n, d, batch size) of X, y: in memory, or block by block for a
+    Dask array X (tied sites only)."""
     if is_dask_array(X):
         if not tied_sites:
             raise ValueError(
