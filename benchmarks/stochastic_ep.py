@@ -146,9 +146,33 @@ def _device_arg(device):
     return device
 
 
+EPOCH_COLUMNS = ["epoch", "step", "train s", "energy estimate", "test error", "test log loss"]
+SUMMARY_COLUMNS = ["quantity", "value"]
+
+
+def _tables(record):
+    """The harness's tables (benchmarks/_harness.py) of a record: per epoch, and a summary."""
+    rows = [[str(e["epoch"]), str(e["step"]), f"{e['train_s']:.1f}", f"{e['energy']:.1f}",
+             f"{e['test_error']:.4f}", f"{e['test_log_loss']:.4f}"]
+            for e in record.get("epochs", [])]  # fmt: skip
+    keys = ("wall_s", "steps", "s_per_step", "stopped", "test_log_loss", "test_error",
+            "kernel", "speedup_per_step", "error")  # fmt: skip
+    summary = [[k, str(record[k])] for k in keys if k in record]
+    for who, value in record.get("peak_rss_bytes", {}).get("workers", {}).items():
+        summary.append([f"peak RSS MiB, worker {who}", f"{value / 2**20:.0f}"])
+    if "peak_rss_bytes" in record:
+        summary.append(["peak RSS MiB, driver",
+                        f"{record['peak_rss_bytes']['driver'] / 2**20:.0f}"])  # fmt: skip
+    return [{"name": "per epoch", "columns": EPOCH_COLUMNS, "rows": rows},
+            {"name": "summary", "columns": SUMMARY_COLUMNS, "rows": summary}]  # fmt: skip
+
+
 def _write(path, record):
+    """The record as JSON in the harness's format (suite = the file's stem, its tables)."""
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        record = {**record, "suite": stem, "source": "run", "tables": _tables(record)}
         with open(path, "w") as fh:
             json.dump(record, fh, indent=1, default=str)
         print(f"wrote {path}")
@@ -197,7 +221,7 @@ def main(argv=None):
         args.n, args.m, args.epochs, args.test = 10_000, 64, 3, 5_000
         args.chunk = min(args.chunk, 2_500)
         args.baseline_n, args.baseline_steps = 10_000, 20
-    record = {"suite": "stochastic_ep", "command": shlex.join(sys.argv),
+    record = {"command": shlex.join(sys.argv),
               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": vars(args).copy(),
               "machine": _machine()}  # fmt: skip
     if args.device is not None:
