@@ -240,3 +240,32 @@ def column_sq_norms(xp, A):
 
         return torch.linalg.vector_norm(A, dim=0) ** 2
     return xp.sum(A * A, axis=0)
+
+
+_FLOAT_DTYPES = ("float64", "float32")
+
+
+def torch_template(device, dtype="float64"):
+    """An empty PyTorch tensor on ``device`` ("cpu", "cuda", "cuda:1", ...) with ``dtype``
+    ("float64" or "float32"): the template fixing namespace, dtype and device.
+
+    ImportError saying how to install PyTorch and array-api-compat when either is missing;
+    ValueError for a dtype or device PyTorch cannot use.
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(
+            f"device={device!r} needs PyTorch (and array-api-compat); install them with "
+            "`pip install robustep[torch]`, or use device=None (numpy)"
+        ) from exc
+    compat()
+    if dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dtype must be one of {_FLOAT_DTYPES}, got {dtype!r}")
+    try:
+        return torch.zeros(0, dtype=getattr(torch, dtype), device=torch.device(device))
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        raise ValueError(
+            f"device={device!r} is not usable by PyTorch ({exc}); pass 'cpu', 'cuda', "
+            "'cuda:1', ... or None (numpy)"
+        ) from exc

@@ -345,3 +345,24 @@ def test_plot_learning_curve():
     full = GPClassifier(KERNEL, inducing_points=8, optimizer=None).fit(X, y)
     with pytest.raises(AttributeError, match="history_"):
         plot_learning_curve(full)
+
+
+def test_fitted_stochastic_estimators_pickle_and_continue():
+    """A fitted state (sites, Adam moments) holds arrays only: pickling keeps the
+    predictions, and a stream continues from the unpickled estimator as from the original."""
+    import pickle
+
+    X, y = _labels(600)
+    learner = StochasticLearner(batch_size=100, learning_rate=0.05)
+    est = GPClassifier(KERNEL, inducing_points=8, random_state=0, learner=learner)
+    est.partial_fit(X[:300], y[:300], classes=[0, 1])
+    copy = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(copy.predict_proba(X), est.predict_proba(X))
+    est.partial_fit(X[300:], y[300:])
+    copy.partial_fit(X[300:], y[300:])
+    np.testing.assert_allclose(copy.predict_proba(X), est.predict_proba(X), rtol=0, atol=1e-12)
+    fitted = GPClassifier(KERNEL, inducing_points=8, random_state=0, learner=_quick(max_epochs=2))
+    fitted.fit(X, y)
+    np.testing.assert_array_equal(
+        pickle.loads(pickle.dumps(fitted)).predict_proba(X), fitted.predict_proba(X)
+    )

@@ -268,3 +268,194 @@ def kernel_matrix(kernel, X, Y=None, *, like, eval_gradient=False):
 def kernel_diag(kernel, X, *, like):
     """``kernel.diag(X)`` (n,) in ``like``'s namespace (scikit-learn's, moved: O(n d))."""
     return aa.from_numpy(aa.namespace(like), kernel.diag(np.asarray(X, dtype=float)), like)
+
+
+# --------------------------------------------------- cross-covariance blocks on the device
+# Inputs already on the device (the minibatch rows X (k, d) and the inducing inputs Z
+# (m, d)): k(X, Z), and the contraction of its derivatives with a weight matrix W (k, m)
+# in the log hyperparameters and in Z, the array-API counterpart of
+# robustep.kernels.inducing.rows_gradient (docs/derivations/sparse.md, eqs. S14, S15).
+# For the RBF, with Xs = X / l, Zs = Z / l, K = exp(-|xs - zs|^2 / 2) and HW = K o W:
+#   <W, dK/dlog l>   = sum(HW o D2) (isotropic), or per dimension k (ARD)
+#                      sum_ij HW_ij (xs_ik - zs_jk)^2
+#                      = rowsum(HW) . Xs_k^2 - 2 (Zs o HW^T Xs)_k + colsum(HW) . Zs_k^2,
+#   <W, dK/dZ>_j     = (HW^T Xs - colsum(HW)_j Zs_j) / l.
+# ConstantKernel c: <W, dK/dlog c> = c sum(W); WhiteKernel s: s I on k(Z, Z) only;
+# products by the product rule, sums term by term.
+
+
+def supports_block(kernel) -> bool:
+    """True when :func:`kernel_block` and :func:`kernel_block_gradient` handle ``kernel``:
+    RBF (isotropic or ARD), ConstantKernel, WhiteKernel, and sums and products of them
+    (exactly these classes: a subclass may change the formulas)."""
+    t = type(kernel)
+    if t in (Sum, Product):
+        return supports_block(kernel.k1) and supports_block(kernel.k2)
+    return t in (RBF, ConstantKernel, WhiteKernel)
+
+
+def _check_block(kernel):
+    if not supports_block(kernel):
+        raise NotImplementedError(
+            f"the array path has the kernel {type(kernel).__name__} neither as a block nor "
+            "as a gradient (supported: RBF, ConstantKernel, WhiteKernel, their sums and "
+            "products); use the numpy path (device=None)"
+        )
+
+
+class _Pair:
+    """Rows X (k, d) and Z (m, d) on one device, with the RBF terms cached per kernel;
+    ``same``: X is Z (the block k(Z, Z), where WhiteKernel adds its diagonal)."""
+
+    def __init__(self, xp, X, Z, same):
+        self.xp, self.X, self.Z, self.same = xp, X, Z, same
+        self._rbf = {}
+
+    def rbf(self, kernel):
+        """(ls (d,) floats, Xs, Zs, D2, K) of an RBF factor."""
+        key = id(kernel)
+        if key not in self._rbf:
+            xp = self.xp
+            d = int(self.X.shape[1])
+            ls = np.broadcast_to(np.asarray(kernel.length_scale, dtype=float), (d,))
+            ls_dev = aa.from_numpy(xp, ls, self.X)
+            Xs = self.X / ls_dev
+            Zs = Xs if self.same else self.Z / ls_dev
+            x2 = xp.sum(Xs * Xs, axis=1)
+            z2 = x2 if self.same else xp.sum(Zs * Zs, axis=1)
+            D2 = aa.clip_below(xp, x2[:, None] + z2[None, :] - 2.0 * (Xs @ Zs.T), 0.0)
+            if self.same:
+                D2 = aa.fill_diagonal(xp, (D2 + D2.T) * 0.5, 0.0)
+            self._rbf[key] = (ls, Xs, Zs, D2, xp.exp(-0.5 * D2))
+        return self._rbf[key]
+
+
+def _block_value(kernel, pair):
+    """k(X, Z): an array (k, m), a float (constant) or a _Diag (white noise on k(Z, Z))."""
+    t = type(kernel)
+    if t in (Sum, Product):
+        K1, K2 = _block_value(kernel.k1, pair), _block_value(kernel.k2, pair)
+        owned = lambda A: False  # noqa: E731 - the cached RBF values are shared
+        if t is Sum:
+            return _add(K1, K2, _PairInputs(pair), owned)
+        return _mul(K1, K2, _PairInputs(pair))
+    if t is ConstantKernel:
+        return float(kernel.constant_value)
+    if t is WhiteKernel:
+        return _Diag(kernel.noise_level) if pair.same else 0.0
+    return pair.rbf(kernel)[4]
+
+
+class _PairInputs:
+    """What _add / _mul / _materialise read of an input set, for a _Pair."""
+
+    def __init__(self, pair):
+        self.xp, self.like = pair.xp, pair.X
+        self.n, self.m = int(pair.X.shape[0]), int(pair.Z.shape[0])
+
+    def full(self, value):
+        return self.xp.full((self.n, self.m), float(value), dtype=self.like.dtype,
+                            device=aa.device(self.like))  # fmt: skip
+
+
+def _weighted(W, K, inp):
+    """W o K for a weight array W and a kernel value K (array, float or _Diag)."""
+    if isinstance(K, float):
+        return K * W
+    return W * _materialise(K, inp)
+
+
+def _block_contract(kernel, pair, W, wrt_Z):
+    """([<W, dK/dlog theta_j>] in theta order (floats), <W, d k(X, Z)/dZ> (m, d) or None)."""
+    xp = pair.xp
+    t = type(kernel)
+    if t is Sum:
+        p1 = _block_contract(kernel.k1, pair, W, wrt_Z)
+        p2 = _block_contract(kernel.k2, pair, W, wrt_Z)
+        return p1[0] + p2[0], _add_none(p1[1], p2[1])
+    if t is Product:
+        inp = _PairInputs(pair)
+        K1, K2 = _block_value(kernel.k1, pair), _block_value(kernel.k2, pair)
+        p1 = _block_contract(kernel.k1, pair, _weighted(W, K2, inp), wrt_Z)
+        p2 = _block_contract(kernel.k2, pair, _weighted(W, K1, inp), wrt_Z)
+        return p1[0] + p2[0], _add_none(p1[1], p2[1])
+    if t is ConstantKernel:
+        if kernel.hyperparameter_constant_value.fixed:
+            return [], None
+        return [float(kernel.constant_value) * float(xp.sum(W))], None
+    if t is WhiteKernel:
+        if kernel.hyperparameter_noise_level.fixed:
+            return [], None
+        trace = float(xp.sum(aa.diagonal(xp, W))) if pair.same else 0.0
+        return [float(kernel.noise_level) * trace], None
+    ls, Xs, Zs, D2, K = pair.rbf(kernel)
+    HW = K * W
+    theta, g_Z = [], None
+    anisotropic = np.iterable(kernel.length_scale) and len(kernel.length_scale) > 1
+    want_ls = not kernel.hyperparameter_length_scale.fixed
+    if wrt_Z or (want_ls and anisotropic):
+        P = HW.T @ Xs  # (m, d)
+        col = xp.sum(HW, axis=0)
+        ls_dev = aa.from_numpy(xp, ls, pair.X)
+        if wrt_Z:
+            g_Z = (P - col[:, None] * Zs) / ls_dev
+    if want_ls:
+        if anisotropic:
+            row = xp.sum(HW, axis=1)
+            g = row @ (Xs * Xs) - 2.0 * xp.sum(Zs * P, axis=0) + col @ (Zs * Zs)
+            theta.extend(float(v) for v in aa.to_numpy(g))
+        else:
+            theta.append(float(xp.sum(HW * D2)))
+    return theta, g_Z
+
+
+def _add_none(a, b):
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def kernel_block(kernel, X, Z=None):
+    """``kernel(X, Z)`` (k, m) for X (k, d) and Z (m, d) arrays on one device; Z=None:
+    ``kernel(X)`` (k, k) (WhiteKernel adds its diagonal only there, as scikit-learn)."""
+    _check_block(kernel)
+    xp = aa.namespace(X)
+    pair = _Pair(xp, X, X if Z is None else Z, Z is None)
+    K = _block_value(kernel, pair)
+    return _materialise(K, _PairInputs(pair))
+
+
+def kernel_block_gradient(kernel, X, Z, W, *, wrt_Z=True):
+    """Contractions of the derivatives of ``kernel(X, Z)`` with W (k, m), on the device.
+
+    Parameters
+    ----------
+    kernel : a kernel of :func:`supports_block`.
+    X : (k, d) rows; Z : (m, d), or None for the block ``kernel(X)`` itself (then W must be
+        symmetric, and the Z-gradient is that of ``kernel(X)`` in X through both arguments).
+    W : (k, m) weights.
+    wrt_Z : also return the gradient in Z.
+
+    Returns
+    -------
+    g_theta : (p,) numpy float64, ``<W, dK/dlog theta_j>`` in the order of
+        ``kernel.theta``.
+    g_Z : (m, d) array of X's namespace, ``<W, dK/dZ>``, or None (``wrt_Z=False``).
+    """
+    _check_block(kernel)
+    xp = aa.namespace(X)
+    same = Z is None
+    pair = _Pair(xp, X, X if same else Z, same)
+    theta, g_Z = _block_contract(kernel, pair, W, wrt_Z)
+    g_theta = np.asarray(theta, dtype=float)
+    if g_theta.shape != kernel.theta.shape:  # pragma: no cover - a layout this path lacks
+        raise RuntimeError(
+            f"array kernel gradient has {g_theta.size} entries for a kernel with "
+            f"{kernel.theta.size} hyperparameters ({kernel}); please report this"
+        )
+    if wrt_Z:
+        if g_Z is None:
+            g_Z = xp.zeros(Z.shape if not same else X.shape, dtype=X.dtype, device=aa.device(X))
+        elif same:
+            g_Z = 2.0 * g_Z  # both arguments of a symmetric contraction
+    return g_theta, g_Z
