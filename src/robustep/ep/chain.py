@@ -2,9 +2,9 @@
 
 One chain, used by every estimator that offers ``method="auto"``, run by
 :func:`run_chain` with the stages of an :class:`~robustep.ep.strategy.InferenceStrategy`.
-Stages 1, 2 and 4 below look for the same thing, a fixed point of EP, and differ only in
-the algorithm; stage 3 looks for a fixed point of power EP, another approximation, tried
-only where EP's own iterations failed.  The chain stops at the first stage that
+Stages 1-3 below look for the same thing, a fixed point of EP, and differ only in the
+algorithm; stage 4 looks for a fixed point of power EP, another approximation, tried only
+where EP's own iterations failed.  The chain stops at the first stage that
 converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceStrategy.auto>`:
 
 1. ``"ep"``: parallel EP (one factorisation per sweep, cavities kept positive,
@@ -15,16 +15,17 @@ converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceSt
    :class:`~robustep.ep.strategy.AdaptiveDamping` as long as the budget: on the
    label-noise step likelihood an adaptive schedule from 0.5 was blocked at the cavity
    limits, and one from 0.8 was no better than the fixed 0.8, docs/reliability.md);
-3. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
-   (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
-   approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
-   a result of this stage reports ``method_used = "power"``;
-4. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
+3. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
    2011 §4, modifications 1-4; docs/derivations/double_loop.md) with ``max_inner=10``
    inner iterations per outer update, after ``n_parallel_init=10`` parallel sweeps, with
    at most ``2 * max_iter`` factorisations.  Only a final fit runs it
    (:meth:`InferenceStrategy.search_run
-   <robustep.ep.strategy.InferenceStrategy.search_run>` leaves it out).
+   <robustep.ep.strategy.InferenceStrategy.search_run>` and
+   :meth:`~robustep.ep.strategy.InferenceStrategy.search_stages` leave it out);
+4. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
+   (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
+   approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
+   a result of this stage reports ``method_used = "power"``.
 
 With ``strategy.resume`` (the evaluations of a classifier's evidence search) and a warm
 start that is a converged result of this chain, the stages before the one it converged in
@@ -34,9 +35,8 @@ stopped: the end state of an oscillating parallel run sits at the cavity limits,
 damped steps of stage 2 were blocked after a few sweeps (docs/reliability.md). The double
 loop is the provably convergent form of EP (each inner step decreases the convex inner
 objective, each outer update the EP objective), but on a non-log-concave likelihood its
-line-search steps are short and it converges slowly; stages 2 and 3 are tried first
-because they converged, in a fraction of its time, on the hard cells of
-benchmarks/stress.py.
+line-search steps are short and it converges slowly; stage 2 is tried first because it
+converged, in a fraction of its time, on the hard cells of benchmarks/stress.py.
 
 Each stage has its own budget of ``max_iter`` sweeps (inner iterations for the double
 loop), so the chain costs at most about four times ``max_iter``.  No stage warns; the

@@ -112,25 +112,6 @@ class DoubleLoop:
         """Whether an engine run with this mode may switch to the double loop."""
         return self.mode in ("on_stall", "after_init")
 
-    def search_stages(self, damped_tol: float | None = None) -> InferenceStrategy:
-        """This strategy for the evaluations of an evidence search: the same budgets, only
-        the stages that look for EP's fixed point by parallel sweeps (``"ep"``,
-        ``"damped"``), stage ``"damped"`` to ``damped_tol`` (None: the run's tol), and
-        ``resume``: a warm start from the previous evaluation begins at the stage that
-        converged there.
-
-        The double loop is left out because an evaluation that needs it is better
-        abandoned (the search backs off) than paid for with up to ``2 * max_iter``
-        factorisations, and power EP because its evidence is that of another
-        approximation (a search compares evidences of one).  On the label-noise step
-        likelihood a failing evaluation of the classifier's search ran both for nothing
-        (docs/reliability.md, "The label-noise step likelihood").
-        """
-        stages = tuple(s for s in self.stages if s in ("ep", "damped"))
-        return dataclasses.replace(
-            self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True
-        )
-
     def engine_options(self) -> dict:
         """Keyword arguments of :func:`robustep.ep.expectation_propagation` for this mode."""
         return {
@@ -325,8 +306,9 @@ class InferenceStrategy:
         :meth:`search_stages` sets it.
     trial_damping : float in [0, 1) or None
         Stage ``"damped"`` first tries plain sweeps at this lighter damping (at most
-        ``max_iter`` sweeps and ``2 * max_iter`` factorisations; the engine stops a run
-        that stalls) and runs ``damping`` from the stage's start only if that fails.
+        ``max_iter`` sweeps and ``2 * max_iter`` factorisations, stopped when it hovers:
+        :func:`robustep.ep.chain.hover_callback` with windows of ``2 * patience`` sweeps)
+        and runs ``damping`` from the stage's start only if that fails.
         Damped sweeps converge linearly at a rate that grows with the damping: on the
         label-noise step likelihood 0.5 needed 2-2.5x fewer sweeps than 0.8 where it
         converged (docs/reliability.md).  None: ``damping`` only.
