@@ -390,6 +390,14 @@ def _auto_adaptive(max_iter):
     )
 
 
+def _auto_trial(max_iter):
+    """The classifier's chain for the step likelihood: stage "damped" tries damping 0.5
+    first (``InferenceStrategy.auto(max_iter, trial_damping=0.5)``)."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.auto(max_iter, trial_damping=0.5)
+
+
 def _search(max_iter):
     """The chain of a hyperparameter-search evaluation at the default search budgets."""
     from robustep.ep import InferenceStrategy
@@ -405,9 +413,12 @@ STEP_CANDIDATES = {
     "auto": _auto,
     "auto adaptive 0.8": _auto_adaptive,
     "old auto": _old_auto,
+    "classifier": "classifier",
+    "auto trial 0.5": _auto_trial,
     "search": _search,
     "ep": {},
     "damped 0.8": {"damping": 0.8, "double_loop": False},
+    "damped 0.5": {"damping": 0.5, "double_loop": False},
     "sequential": {"schedule": "sequential"},
     "double loop": {"double_loop": True, "n_parallel_init": 10, "max_inner": 10},
     "power 0.5": {"power": 0.5},
@@ -431,7 +442,7 @@ def step_noise_data(boundary, n, flip, seed):
     return X, y
 
 
-def step_noise_cells(quick=False):
+def step_noise_cells(quick=False, sizes=(200, 300), seeds=range(5, 10)):
     """(boundary, flip, label_noise, n, seed, signal variance, length-scale) of the grid.
 
     Quick: XOR with 20% flips and the smooth boundary with 10%, n in {200, 300}, seeds 5-9,
@@ -451,13 +462,28 @@ def step_noise_cells(quick=False):
         (boundary, flip, eps, n, seed, variance, ell)
         for variance, ell in hypers
         for boundary, flip, eps in specs
-        for n in (200, 300)
-        for seed in range(5, 10)
+        for n in sizes
+        for seed in seeds
     ]
 
 
+def _fit_classifier(X, y, **params):
+    """Seconds, the fitted GPClassifier and whether fit warned (default kernel, optimised)."""
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = GPClassifier(**params).fit(X, y)
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    return time.perf_counter() - t0, est, warned
+
+
 def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=False):
-    """Run each candidate on each cell; return {(cell label, candidate): counts}."""
+    """Run each candidate on each cell; return {(cell label, candidate): counts}.
+
+    Candidate ``"classifier"`` fits ``GPClassifier(likelihood="step", label_noise=eps)``
+    with its defaults (default kernel, evidence search; the cell's kernel is not used) and
+    ``GPClassifier()`` (probit) on the same data, and records the ratio of their seconds.
+    """
     from robustep.ep import expectation_propagation, run_chain
     from robustep.likelihoods import NoisyStep
     from robustep.posterior import DensePrior
@@ -470,15 +496,25 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
         label = f"{boundary} {flip:.0%}{noise} n={n} s2={variance:g} ell={ell:g}"
         for name in candidates:
             kwargs = STEP_CANDIDATES[name]
+            ratio = None
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                if callable(kwargs):
+                if kwargs == "classifier":
+                    probit_seconds = _fit_classifier(X, y)[0]
+                    t0 = time.perf_counter()
+                    _, res, warned = _fit_classifier(X, y, likelihood="step", label_noise=eps)
+                    res.converged = res.converged_ and not warned
+                    res.n_iter, res.method_used = res.n_iter_, res.method_used_
+                    ratio = (time.perf_counter() - t0) / probit_seconds
+                elif callable(kwargs):
                     res = run_chain(K, y, NoisyStep(eps), kwargs(max_iter))
                 else:
                     res = expectation_propagation(K, y, NoisyStep(eps), max_iter=max_iter, **kwargs)
             seconds = time.perf_counter() - t0
             row = table[(label, name)]
+            if ratio is not None:
+                row.setdefault("ratios", []).append(ratio)
             row["runs"] += 1
             row["converged"] += bool(res.converged)
             row["seconds"] += seconds
@@ -490,22 +526,28 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
                 row.setdefault("used", defaultdict(int))[used] += 1
             if verbose:
                 used = getattr(res, "method_used", "")
+                extra = "" if ratio is None else f" ratio to probit {ratio:.1f}"
                 print(f"{label:34s} seed {seed} {name:12s} {res.converged!s:5s} "
-                      f"{res.n_iter:5d} sweeps {seconds:7.2f}s {used}", flush=True)  # fmt: skip
+                      f"{res.n_iter:5d} sweeps {seconds:7.2f}s {used}{extra}",
+                      flush=True)  # fmt: skip
     return table
 
 
 def format_step_noise(table):
     """One row per (cell, candidate): runs, converged, total / median / slowest seconds,
-    sweeps, and for a chain the stage that converged (stage: runs)."""
+    sweeps, for a chain the stage that converged (stage: runs), and for candidate
+    ``"classifier"`` the median and worst ratio of its seconds to the probit fit's."""
     lines = ["| cell | candidate | runs | converged | seconds | median (s) | slowest run (s) "
-             "| sweeps | converged in |", "|" + "---|" * 9]  # fmt: skip
+             "| sweeps | converged in | ratio to probit (median) | (worst) |",
+             "|" + "---|" * 11]  # fmt: skip
     for (label, name), row in table.items():
         used = ", ".join(f"{k}: {v}" for k, v in sorted(row.get("used", {}).items()))
+        ratios = row.get("ratios")
+        ratio = f"{np.median(ratios):.1f} | {max(ratios):.1f}" if ratios else "- | -"
         lines.append(
             f"| {label} | {name} | {row['runs']:.0f} | {row['converged']:.0f} | "
             f"{row['seconds']:.1f} | {np.median(row['times']):.1f} | {row['max_seconds']:.1f} "
-            f"| {row['sweeps']:.0f} | {used or '-'} |"
+            f"| {row['sweeps']:.0f} | {used or '-'} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -525,6 +567,17 @@ def main(argv=None):
     )
     parser.add_argument("--max-iter", type=int, default=1000, help="--step-noise: sweeps")
     parser.add_argument(
+        "--sizes", default="200,300", help="--step-noise: comma-separated n (default 200,300)"
+    )
+    parser.add_argument(
+        "--seeds", default="5-9", help="--step-noise: seeds, a range A-B or comma-separated"
+    )
+    parser.add_argument(
+        "--kernels",
+        default=None,
+        help="--step-noise: 'start' for the default starting kernel only (s2=1, ell=1)",
+    )
+    parser.add_argument(
         "--methods", default=None, help="comma-separated: run the cells of these methods only"
     )
     args = parser.parse_args(argv)
@@ -533,7 +586,19 @@ def main(argv=None):
         unknown = [c for c in names if c not in STEP_CANDIDATES]
         if unknown:
             parser.error(f"unknown candidates {unknown}; choose from {list(STEP_CANDIDATES)}")
-        table = run_step_noise(step_noise_cells(args.quick), names, args.max_iter, args.verbose)
+        sizes = tuple(int(v) for v in args.sizes.split(","))
+        if "-" in args.seeds:
+            lo, hi = (int(v) for v in args.seeds.split("-"))
+            seeds = range(lo, hi + 1)
+        else:
+            seeds = [int(v) for v in args.seeds.split(",")]
+        cell_list = step_noise_cells(args.quick, sizes, seeds)
+        if args.kernels == "start":
+            cell_list = [c for c in cell_list if c[5:] == (1.0, 1.0)] or [
+                c[:5] + (1.0, 1.0) for c in cell_list
+            ]
+            cell_list = list(dict.fromkeys(cell_list))
+        table = run_step_noise(cell_list, names, args.max_iter, args.verbose)
         print(format_step_noise(table))
         return 0
     t0 = time.perf_counter()

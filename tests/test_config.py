@@ -76,9 +76,9 @@ def test_blas_limit_applied_inside_a_fit_and_restored(monkeypatch):
 
     original = DenseBinaryCore.infer
 
-    def spy(self, prior, init=None):
+    def spy(self, prior, init=None, **kwargs):
         seen.append(_blas_threads())
-        return original(self, prior, init)
+        return original(self, prior, init, **kwargs)
 
     monkeypatch.setattr(DenseBinaryCore, "infer", spy)
     rng = np.random.default_rng(0)

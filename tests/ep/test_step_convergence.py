@@ -3,6 +3,7 @@ stages, its report of each, and its convergence on the quick cells of benchmarks
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.ep import AdaptiveDamping, InferenceStrategy, expectation_propagation, run_chain
-from robustep.ep.chain import auto_expectation_propagation
+from robustep.ep.chain import auto_expectation_propagation, hover_callback, stall_callback
 from robustep.likelihoods import NoisyStep
 from robustep.posterior import DensePrior
 
@@ -126,3 +127,89 @@ def test_power_stage_result_says_power():
         K, y, NoisyStep(0.1), power=0.5, init=res, max_iter=1, double_loop=False
     )
     assert again.converged
+
+
+def _step_cell(boundary, flip, n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    if boundary == "xor":
+        y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    else:
+        y = np.where(X[:, 1] > 0.5 * np.sin(3.0 * X[:, 0]), 1.0, -1.0)
+    flipped = rng.random(n) < flip
+    y[flipped] = -y[flipped]
+    return DensePrior((ConstantKernel(1.0) * RBF(1.0))(X), check=False), y, NoisyStep(flip)
+
+
+def _ep_and_damped(trial=None, **changes):
+    strategy = InferenceStrategy.auto(1000, trial_damping=trial)
+    return dataclasses.replace(strategy, stages=("ep", "damped"), **changes)
+
+
+def test_trial_damping_finds_the_same_fixed_point_in_fewer_sweeps():
+    """XOR, 20% flips, n = 100 (seed 0): stage "ep" fails; damping 0.5 converges in less
+    than half the sweeps of damping 0.8, to the same fixed point."""
+    K, y, lik = _step_cell("xor", 0.2, 100, 0)
+    plain = run_chain(K, y, lik, _ep_and_damped())
+    trial = run_chain(K, y, lik, _ep_and_damped(trial=0.5))
+    assert plain.converged and trial.converged
+    assert plain.method_used == trial.method_used == "damped"
+    assert trial.methods_tried[1][2] < 0.5 * plain.methods_tried[1][2]
+    np.testing.assert_allclose(trial.log_Z, plain.log_Z, rtol=1e-5)
+    np.testing.assert_allclose(trial.mean, plain.mean, rtol=1e-3, atol=1e-3)
+
+
+def test_trial_damping_that_hovers_falls_back_to_the_stage_damping():
+    """The smooth boundary, 10% flips, n = 100 (seed 0): damping 0.5 hovers and is stopped
+    by the hover rule; damping 0.8 from the stage's start then converges, and the stage's
+    sweeps count both runs."""
+    K, y, lik = _step_cell("smooth", 0.1, 100, 0)
+    plain = run_chain(K, y, lik, _ep_and_damped())
+    trial = run_chain(K, y, lik, _ep_and_damped(trial=0.5))
+    assert plain.converged and trial.converged and trial.method_used == "damped"
+    extra = trial.methods_tried[1][2] - plain.methods_tried[1][2]
+    assert 2 * 20 <= extra < 1000  # the hover rule needs two windows of 20 sweeps
+    np.testing.assert_allclose(trial.log_Z, plain.log_Z, rtol=1e-5)
+
+
+def test_hover_callback_forgets_the_start():
+    """A residual that first rises above its start and then falls steadily is not stopped
+    (a stall rule from the first sweep would be); one that hovers is, once a window's
+    smallest residual is not 10% below the previous window's."""
+    falling = hover_callback(10)
+    residuals = [20.0, 60.0] + [100.0 * 0.9**k for k in range(100)]
+    assert not any(falling({"residual": r}) for r in residuals)
+    stall = stall_callback(10, min_sweeps=10)
+    assert any(stall({"iteration": k, "residual": r}) for k, r in enumerate(residuals))
+    hovering = hover_callback(10)
+    stops = [hovering({"residual": 30.0 + 10.0 * (k % 3)}) for k in range(40)]
+    assert stops.index(True) == 19
+
+
+def test_damped_tol_and_reported_tolerance():
+    """Stage "damped" stops at ``damped_tol`` and the result says which tolerance it met;
+    stage "ep" keeps the run's tol."""
+    K, y, lik = _step_cell("xor", 0.2, 100, 0)
+    loose = run_chain(K, y, lik, _ep_and_damped(damped_tol=1e-2))
+    tight = run_chain(K, y, lik, _ep_and_damped())
+    assert loose.converged and loose.method_used == "damped" and loose.tol == 1e-2
+    assert tight.tol == 1e-4 and loose.n_iter < tight.n_iter
+    assert 1e-4 < _moment_matching_residual(loose, y, lik) < 1e-2
+    K, y, lik = _step_cell("xor", 0.2, 100, 3)
+    res = run_chain(K, y, lik, _ep_and_damped(damped_tol=1e-2))
+    assert res.method_used == "ep" and res.tol == 1e-4
+
+
+def test_resume_begins_at_the_stage_the_warm_start_converged_in():
+    """With ``resume`` a warm start that converged in stage "damped" skips stage "ep";
+    without it, or from a plain pair of site arrays, every stage runs again."""
+    K, y, lik = _step_cell("xor", 0.2, 100, 0)
+    first = run_chain(K, y, lik, _ep_and_damped())
+    assert first.method_used == "damped"
+    resumed = run_chain(K, y, lik, _ep_and_damped(resume=True), init=first)
+    assert [name for name, *_ in resumed.methods_tried] == ["damped"]
+    again = run_chain(K, y, lik, _ep_and_damped(), init=first)
+    assert [name for name, *_ in again.methods_tried][0] == "ep"
+    sites = (first.site_precision, first.site_shift)
+    pair = run_chain(K, y, lik, _ep_and_damped(resume=True), init=sites)
+    assert [name for name, *_ in pair.methods_tried][0] == "ep"

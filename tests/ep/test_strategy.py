@@ -33,6 +33,10 @@ from robustep.likelihoods import Probit
         ({"fallback": DoubleLoop("stop_on_stall")}, "fallback is the double-loop stage"),
         ({"fallback_factorisations": -1}, "fallback_factorisations must be None or an"),
         ({"fallback_factorisations": 2.0}, "fallback_factorisations must be None or an"),
+        ({"damped_tol": 0.0}, "damped_tol must be None or a number > 0"),
+        ({"damped_tol": "1e-2"}, "damped_tol must be None or a number > 0"),
+        ({"trial_damping": 1.0}, r"trial_damping must be None or in \[0, 1\)"),
+        ({"trial_damping": True}, r"trial_damping must be None or in \[0, 1\)"),
     ],
 )
 def test_strategy_rejects_bad_fields(kwargs, match):
@@ -47,6 +51,8 @@ def test_strategy_rejects_wrong_types():
         InferenceStrategy(single_run="never")
     with pytest.raises(TypeError, match="power must be a PowerStage"):
         InferenceStrategy(power=0.5)
+    with pytest.raises(TypeError, match="resume must be a bool"):
+        InferenceStrategy(resume=1)
 
 
 @pytest.mark.parametrize(
@@ -346,3 +352,48 @@ def test_chain_stage_budgets_come_from_the_strategy(monkeypatch):
     assert len(calls) == 2 and all(c["double_loop"] is False for c in calls)
     assert all(c.get("power", 1.0) == 1.0 for c in calls)  # no power stage in a search
     assert all(c["max_factorisations"] == 6 for c in calls)
+
+
+def test_search_stages_keep_eps_fixed_point_stages_only():
+    """An evidence search's evaluations: stages "ep" and "damped" with the same budgets, the
+    damped stage to the given tolerance, and resume on; the auto chain itself resumes
+    nothing and tries no lighter damping unless asked."""
+    auto = InferenceStrategy.auto(300, trial_damping=0.5)
+    search = auto.search_stages(damped_tol=1e-2)
+    assert search.stages == ("ep", "damped") and search.resume and search.damped_tol == 1e-2
+    assert (search.max_iter, search.damping, search.trial_damping) == (300, auto.damping, 0.5)
+    assert not auto.resume and auto.damped_tol is None
+    assert InferenceStrategy.auto(300).trial_damping is None
+    only_power = InferenceStrategy(stages=("power",)).search_stages()
+    assert only_power.stages == ("ep",) and only_power.damped_tol is None
+
+
+def test_classifier_search_runs_the_search_stages(monkeypatch):
+    """GPClassifier(likelihood="step"): every evaluation of the evidence search runs the
+    search stages (no double loop, no power EP) with the damped stage to the search
+    tolerance and damping 0.5 tried first; the fit's final state meets the estimator's tol.
+    The probit classifier gets no trial damping."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1.0, 1.0, size=(80, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1, 0)
+    flipped = rng.random(80) < 0.2
+    y[flipped] = 1 - y[flipped]
+    calls = []
+    chain = ep_package.run_chain
+
+    def spy(K, y, lik, strategy, **kw):
+        res = chain(K, y, lik, strategy, **kw)
+        calls.append((strategy, res))
+        return res
+
+    monkeypatch.setattr(ep_package, "run_chain", spy)
+    clf = robustep.GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    search = [s for s, _ in calls if s.resume]
+    assert len(search) >= 3
+    for strategy in search:
+        assert strategy.stages == ("ep", "damped") and strategy.trial_damping == 0.5
+        assert strategy.damped_tol == robustep.get_config().search_tol
+    assert clf.converged_ and clf._state.result.tol == clf.tol
+    calls.clear()
+    robustep.GPClassifier().fit(X, y)
+    assert calls and all(s.trial_damping is None for s, _ in calls)

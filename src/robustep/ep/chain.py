@@ -2,44 +2,50 @@
 
 One chain, used by every estimator that offers ``method="auto"``, run by
 :func:`run_chain` with the stages of an :class:`~robustep.ep.strategy.InferenceStrategy`.
-Stages 1, 2 and 4 below look for the same thing, a fixed point of EP, and differ only in
-the algorithm; stage 3 looks for a fixed point of power EP, another approximation, tried
-only where EP's own iterations failed.  The chain stops at the first stage that
+Stages 1-3 below look for the same thing, a fixed point of EP, and differ only in the
+algorithm; stage 4 looks for a fixed point of power EP, another approximation, tried only
+where EP's own iterations failed.  The chain stops at the first stage that
 converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceStrategy.auto>`:
 
 1. ``"ep"``: parallel EP (one factorisation per sweep, cavities kept positive,
    Jylänki et al. 2011 §4 modification 2), stopped early when it stalls or oscillates
    (no new smallest residual, by 10%, for ``patience`` sweeps);
-2. ``"damped"``: parallel EP at damping 0.8, plain robust sweeps (one block of
+2. ``"damped"``: parallel EP at damping 0.8 (first at ``trial_damping`` where the
+   strategy sets one), plain robust sweeps (one block of
    :class:`~robustep.ep.strategy.AdaptiveDamping` as long as the budget: on the
    label-noise step likelihood an adaptive schedule from 0.5 was blocked at the cavity
    limits, and one from 0.8 was no better than the fixed 0.8, docs/reliability.md);
-3. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
-   (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
-   approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
-   a result of this stage reports ``method_used = "power"``;
-4. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
+3. ``"double_loop"``: the double-loop algorithm (Heskes & Zoeter 2002; Jylänki et al.
    2011 §4, modifications 1-4; docs/derivations/double_loop.md) with ``max_inner=10``
    inner iterations per outer update, after ``n_parallel_init=10`` parallel sweeps, with
    at most ``2 * max_iter`` factorisations.  Only a final fit runs it
    (:meth:`InferenceStrategy.search_run
-   <robustep.ep.strategy.InferenceStrategy.search_run>` leaves it out).
+   <robustep.ep.strategy.InferenceStrategy.search_run>` and
+   :meth:`~robustep.ep.strategy.InferenceStrategy.search_stages` leave it out);
+4. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
+   (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
+   approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
+   a result of this stage reports ``method_used = "power"``.
 
-Every stage starts from the caller's ``init`` (the previous evaluation's sites inside a
-hyperparameter search, else zero sites), not from where a failed stage stopped: the end
-state of an oscillating parallel run sits at the cavity limits, where the damped steps of
-stage 2 were blocked after a few sweeps (docs/reliability.md).  The double loop is the
-provably convergent form of EP (each inner step decreases the convex inner objective,
-each outer update the EP objective), but on a non-log-concave likelihood its line-search
-steps are short and it converges slowly; stages 2 and 3 are tried first because they
+With ``strategy.resume`` (the evaluations of a classifier's evidence search) and a warm
+start that is a converged result of this chain, the stages before the one it converged in
+are skipped. Every stage starts from the caller's ``init`` (the previous evaluation's
+sites inside a hyperparameter search, else zero sites), not from where a failed stage
+stopped: the end state of an oscillating parallel run sits at the cavity limits, where the
+damped steps of stage 2 were blocked after a few sweeps (docs/reliability.md). The double
+loop is the provably convergent form of EP (each inner step decreases the convex inner
+objective, each outer update the EP objective), but on a non-log-concave likelihood its
+line-search steps are short and it converges slowly; stage 2 is tried first because it
 converged, in a fraction of its time, on the hard cells of benchmarks/stress.py.
 
 Each stage has its own budget of ``max_iter`` sweeps (inner iterations for the double
 loop), so the chain costs at most about four times ``max_iter``.  No stage warns; the
 caller warns only when all failed, with :func:`failure_message` (which names what was
 tried).  The result is the converged stage's :class:`~robustep.ep.EPResult` with
-``n_iter`` summed over the stages, and two extra attributes: ``method_used`` (the stage
-name) and ``methods_tried`` (a list of ``(name, converged, n_iter, final residual)``).
+``n_iter`` summed over the stages, and three extra attributes: ``method_used`` (the stage
+name), ``methods_tried`` (a list of ``(name, converged, n_iter, final residual)``) and
+``tol`` (the site tolerance its stage ran to: ``strategy.damped_tol`` for stage
+``"damped"`` when set, else ``tol``).
 When no stage converged, the result with the smallest final residual is returned.
 """
 
@@ -59,6 +65,7 @@ from robustep.ep.subset_start import resolve_subset_start
 __all__ = [
     "auto_expectation_propagation",
     "failure_message",
+    "hover_callback",
     "run_chain",
     "stall_callback",
     "warn_if_not_converged",
@@ -81,6 +88,24 @@ def stall_callback(patience, min_sweeps):
         else:
             state["since"] += 1
         return state["n"] >= min_sweeps and state["since"] >= patience
+
+    return callback
+
+
+def hover_callback(window):
+    """EP callback that stops a run whose smallest residual over its last ``window`` sweeps
+    is not 10% below the smallest over the ``window`` sweeps before.
+
+    Unlike :func:`stall_callback` it forgets the start: a damped run's residual often first
+    rises for a few dozen sweeps and then falls steadily below its first value.
+    """
+    residuals = []
+
+    def callback(info):
+        residuals.append(info["residual"])
+        if len(residuals) < 2 * window:
+            return False
+        return min(residuals[-window:]) > 0.9 * min(residuals[-2 * window : -window])
 
     return callback
 
@@ -114,14 +139,15 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
     total = 0
     max_iter = strategy.max_iter
 
-    def run(budget=strategy.max_factorisations, **kwargs):
+    def run(budget=strategy.max_factorisations, stage_tol=tol, **kwargs):
         nonlocal total
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = expectation_propagation(
-                K, y, likelihood, tol=tol, max_factorisations=budget, **kwargs
+                K, y, likelihood, tol=stage_tol, max_factorisations=budget, **kwargs
             )
+        res.tol = stage_tol
         total += int(res.n_iter)
         return res
 
@@ -134,8 +160,10 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             callback=stall_callback(strategy.patience, min_sweeps=strategy.patience),
         )
 
+    damped_tol = tol if strategy.damped_tol is None else strategy.damped_tol
+
     def damped():  # stage "damped": the blocks share the stage's budgets
-        def block(damping, sweeps, start, budget):
+        def block(damping, sweeps, start, budget, callback=None):
             return run(
                 schedule=schedule,
                 **_PARALLEL.engine_options(),
@@ -143,11 +171,25 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
                 max_iter=sweeps,
                 init=start,
                 budget=budget,
+                stage_tol=damped_tol,
+                callback=callback,
             )
 
-        return strategy.damping.run(
+        trial_sweeps = 0
+        if strategy.trial_damping is not None:
+            # stopped when it hovers (windows of twice stage "ep"'s patience: a damped
+            # run's residual often rises for its first 10-20 sweeps)
+            budgets = [b for b in (strategy.max_factorisations, 2 * max_iter) if b is not None]
+            hover = hover_callback(2 * strategy.patience)
+            trial = block(strategy.trial_damping, max_iter, init, min(budgets), hover)
+            if trial.converged:
+                return trial
+            trial_sweeps = int(trial.n_iter)
+        res = strategy.damping.run(
             block, max_iter, init, max_factorisations=strategy.max_factorisations
         )
+        res.n_iter += trial_sweeps
+        return res
 
     def power():  # stage "power": plain damped sweeps of power EP, another approximation
         return run(
@@ -168,7 +210,11 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         )
 
     stages = {"ep": parallel, "damped": damped, "power": power, "double_loop": double_loop}
-    for name in strategy.stages:
+    order = strategy.stages
+    previous = getattr(init, "method_used", None)
+    if strategy.resume and previous in order and getattr(init, "converged", False):
+        order = order[order.index(previous) :]
+    for name in order:
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
         results.append((name, res))

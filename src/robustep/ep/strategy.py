@@ -293,6 +293,25 @@ class InferenceStrategy:
     single_run : DoubleLoop
         The engine options of a method that runs the engine once (``method="ep"`` or
         ``"fractional"``).
+    damped_tol : float > 0 or None
+        Site tolerance of stage ``"damped"`` (None: the run's ``tol``).  Damped sweeps
+        converge linearly at a rate near the damping, so a looser tolerance saves most of
+        their sweeps; :meth:`search_stages` sets it for the evaluations of a search, whose
+        best state the final fit then refines to the estimator's ``tol``.
+    resume : bool
+        When the warm start is a result of this chain (it has ``method_used``), begin at
+        the stage that result converged in, skipping the stages before it: at nearby
+        hyperparameters they fail again (on the label-noise step likelihood stage "ep"
+        spent 20-70 sweeps per search evaluation before stage "damped" converged).
+        :meth:`search_stages` sets it.
+    trial_damping : float in [0, 1) or None
+        Stage ``"damped"`` first tries plain sweeps at this lighter damping (at most
+        ``max_iter`` sweeps and ``2 * max_iter`` factorisations, stopped when it hovers:
+        :func:`robustep.ep.chain.hover_callback` with windows of ``2 * patience`` sweeps)
+        and runs ``damping`` from the stage's start only if that fails.
+        Damped sweeps converge linearly at a rate that grows with the damping: on the
+        label-noise step likelihood 0.5 needed 2-2.5x fewer sweeps than 0.8 where it
+        converged (docs/reliability.md).  None: ``damping`` only.
     """
 
     stages: tuple = STAGES
@@ -304,6 +323,9 @@ class InferenceStrategy:
     fallback: DoubleLoop = DoubleLoop("after_init", n_parallel_init=10, max_inner=10)
     fallback_factorisations: int | None = None
     single_run: DoubleLoop = DoubleLoop()
+    damped_tol: float | None = None
+    resume: bool = False
+    trial_damping: float | None = None
 
     def __post_init__(self):
         stages = self.stages
@@ -332,6 +354,14 @@ class InferenceStrategy:
         for name in ("fallback", "single_run"):
             if not isinstance(getattr(self, name), DoubleLoop):
                 raise TypeError(f"{name} must be a DoubleLoop, got {getattr(self, name)!r}")
+        dt = self.damped_tol
+        if dt is not None and not (_is_fraction(dt, 0.0, np.inf, False) and dt > 0):
+            raise ValueError(f"damped_tol must be None or a number > 0, got {dt!r}")
+        td = self.trial_damping
+        if td is not None and not _is_fraction(td, 0.0, 1.0, False):
+            raise ValueError(f"trial_damping must be None or in [0, 1), got {td!r}")
+        if not isinstance(self.resume, bool):
+            raise TypeError(f"resume must be a bool, got {self.resume!r}")
         if not self.fallback.runs:
             raise ValueError(
                 "fallback is the double-loop stage: its mode must be 'after_init' or "
@@ -360,7 +390,7 @@ class InferenceStrategy:
         return AdaptiveDamping(start=0.8, block=int(max_iter) if _is_int(max_iter, 1) else 1)
 
     @classmethod
-    def auto(cls, max_iter: int = 1000) -> InferenceStrategy:
+    def auto(cls, max_iter: int = 1000, trial_damping: float | None = None) -> InferenceStrategy:
         """The estimators' ``method="auto"`` (docs/reliability.md, "method='auto'"):
 
         1. ``"ep"``: parallel EP, stopped when it stalls (patience 20);
@@ -371,6 +401,7 @@ class InferenceStrategy:
            different approximation, :class:`PowerStage`).
 
         Each stage has ``max_iter`` sweeps; stages 1, 2 and 4 no factorisation limit.
+        ``trial_damping``: stage 2 first tries this lighter damping (the attribute).
         Stages 1-3 look for EP's fixed point, cheapest first (measured on the hard cells of
         benchmarks/stress.py); power EP comes last because it changes the approximation:
         it is used only where none of them finds EP's fixed point.
@@ -381,6 +412,7 @@ class InferenceStrategy:
             damping=cls._damped_stage(max_iter),
             power=PowerStage(power=0.5, damping=0.5),
             fallback_factorisations=2 * int(max_iter) if _is_int(max_iter, 1) else None,
+            trial_damping=trial_damping,
         )
 
     @classmethod
@@ -407,6 +439,25 @@ class InferenceStrategy:
             max_factorisations=settings.search_factorisations_per_sweep * max_iter,
             damping=cls._damped_stage(max_iter),
             single_run=DoubleLoop("stop_on_stall"),
+        )
+
+    def search_stages(self, damped_tol: float | None = None) -> InferenceStrategy:
+        """This strategy for the evaluations of an evidence search: the same budgets, only
+        the stages that look for EP's fixed point by parallel sweeps (``"ep"``,
+        ``"damped"``), stage ``"damped"`` to ``damped_tol`` (None: the run's tol), and
+        ``resume``: a warm start from the previous evaluation begins at the stage that
+        converged there.
+
+        The double loop is left out because an evaluation that needs it is better
+        abandoned (the search backs off) than paid for with up to ``2 * max_iter``
+        factorisations, and power EP because its evidence is that of another
+        approximation (a search compares evidences of one).  On the label-noise step
+        likelihood a failing evaluation of the classifier's search ran both for nothing
+        (docs/reliability.md, "The label-noise step likelihood").
+        """
+        stages = tuple(s for s in self.stages if s in ("ep", "damped"))
+        return dataclasses.replace(
+            self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True
         )
 
     def engine_options(self) -> dict:

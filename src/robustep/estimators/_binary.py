@@ -53,7 +53,7 @@ def log_evidence(res) -> float:
     return float(value)
 
 
-def run_inference(params, prior, y, likelihood, init=None):
+def run_inference(params, prior, y, likelihood, init=None, search=False):
     """Run ``params.method`` on a Gaussian prior; returns the inference result.
 
     Parameters
@@ -64,6 +64,9 @@ def run_inference(params, prior, y, likelihood, init=None):
     y : (n,) labels ±1.  likelihood : the likelihood object.
     init : warm start: EP's (site_precision (n,), site_shift (n,)) or Laplace's
         alpha = K^-1 f (n,); None starts from the prior.
+    search : an evaluation of the evidence search: ``method="auto"`` then runs
+        :meth:`InferenceStrategy.search_stages <robustep.ep.InferenceStrategy.search_stages>`
+        (parallel and damped EP only; the search discards a run that does not converge).
     """
     if params.method == "laplace":
         # probit is log-concave: Newton steps on B = I + W^1/2 K W^1/2 (one Cholesky
@@ -91,7 +94,13 @@ def run_inference(params, prior, y, likelihood, init=None):
     if params.method == "auto":  # parallel -> damped -> double loop (ep/chain.py)
         from robustep.ep import InferenceStrategy, run_chain
 
-        strategy = InferenceStrategy.auto(params.max_iter)
+        # the label-noise step likelihood: damping 0.5 first, 0.8 where it fails
+        # (InferenceStrategy.trial_damping; docs/reliability.md)
+        trial = 0.5 if params.likelihood == "step" else None
+        strategy = InferenceStrategy.auto(params.max_iter, trial_damping=trial)
+        if search:
+            # damped sweeps to the search tolerance: the final fit refines the best state
+            strategy = strategy.search_stages(damped_tol=get_config().search_tol)
         return run_chain(prior, y, likelihood, strategy, schedule=params.schedule,
                          tol=params.tol, init=init)  # fmt: skip
     if params.method == "ep":

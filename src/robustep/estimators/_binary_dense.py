@@ -159,9 +159,10 @@ class DenseBinaryCore(BinaryCore):
         options computed with the gradient (K, or d and U), so nothing is built twice."""
         return make_prior(kernel, self.X, self.rep.name, **{**self.rep.options, **(built or {})})
 
-    def infer(self, prior, init=None):
-        """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`)."""
-        return run_inference(self.params, prior, self.y, self.likelihood, init)
+    def infer(self, prior, init=None, search=False):
+        """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`;
+        ``search``: an evaluation of the evidence search)."""
+        return run_inference(self.params, prior, self.y, self.likelihood, init, search=search)
 
     def evaluate(self, theta, eval_gradient, init=None, search=False):
         """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
@@ -178,7 +179,7 @@ class DenseBinaryCore(BinaryCore):
             if eval_gradient:  # K and dK from one kernel evaluation
                 built, K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
             prior = self.prior(kernel, built)
-            res = self.infer(prior, init=init)
+            res = self.infer(prior, init=init, search=search)
             value = log_evidence(res)
             if search and not (np.isfinite(value) and is_search_evidence(res)):
                 raise EvaluationFailed
@@ -205,9 +206,13 @@ class DenseBinaryCore(BinaryCore):
         return self.rep.ep_gradient(res, K_gradient, self.likelihood, self.y)
 
     def warm_state(self, res):
-        """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f."""
+        """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f;
+        for ``method="auto"`` the result itself (its sites, and the stage it converged in,
+        where the next evaluation's chain begins: ``InferenceStrategy.resume``)."""
         if self.params.method == "laplace":
             return np.array(res.alpha, dtype=float)
+        if self.params.method == "auto" and hasattr(res, "method_used"):
+            return res
         return (np.array(res.site_precision), np.array(res.site_shift))
 
     def latent(self, fit, X):
@@ -286,6 +291,12 @@ def fit_dense(params, X, y, likelihood, kernel, like=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = core.infer(prior)
+        elif getattr(res, "tol", params.tol) > params.tol:
+            # the search's best state converged to the search tolerance (its damped
+            # stage): refine it to the estimator's tol from there
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = core.infer(prior, init=core.warm_state(res))
         res = core.finite_or_prior(res, prior)
     attrs = fitted_attributes(params, res, likelihood, y)
     attrs.update(kernel_=kernel, inducing_points_=None, optimizer_result_=search)
