@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
+from robustep._config import get_config
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
@@ -60,7 +61,12 @@ class MultinomialCore:
     hyperparameters, held as a CompoundKernel and optimised jointly with the evidence
     gradient, eq. M12 per class; False: one kernel shared by the c classes).
 
-    After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``.
+    After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``,
+    ``search_result`` (the search's SearchResult or None); with more training points than
+    ``robustep.get_config().multinomial_search_subset`` the search first runs on a
+    stratified random subset (``subset``: its row indices; ``subset_search_result``), and
+    ``multinomial_refine_maxiter`` L-BFGS-B iterations on all points start from its
+    optimum (otherwise both are None).
     """
 
     def __init__(
@@ -143,10 +149,15 @@ class MultinomialCore:
             from sklearn.gaussian_process.kernels import CompoundKernel
 
             self.kernel = CompoundKernel([clone(self.kernel) for _ in range(self.n_classes)])
-        self.search_result = None
+        self.search_result = self.subset = self.subset_search_result = None
         theta, res = None, None
         if self.optimizer is not None and self.kernel.n_dims > 0:
-            self.search_result = self._optimise()
+            options = None
+            self.subset = subset = _search_subset(self.y, self.n_classes, self.random_state)
+            if subset is not None:  # start the search from a subset's optimum
+                self.subset_search_result = self._subset_search(subset)
+                options = {"maxiter": get_config().multinomial_refine_maxiter}
+            self.search_result = self._optimise(options)
             theta, res = self.search_result.x, self.search_result.state
         if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
             K = _class_prior(self.kernel, self.X)[0] if self.per_class_kernel else None
@@ -154,8 +165,22 @@ class MultinomialCore:
         self.result = res
         return self
 
-    def _optimise(self):
-        """The evidence search (estimators/_search.py); sets ``kernel`` to its best point."""
+    def _subset_search(self, subset):
+        """The evidence search on the rows ``subset`` of the training set (a core of its
+        own, no restarts); sets ``kernel`` to its best point and returns its SearchResult."""
+        core = MultinomialCore(
+            self.kernel, damping=self.damping, max_iter=self.max_iter, tol=self.tol,
+            optimizer=self.optimizer, n_restarts_optimizer=0, random_state=self.random_state,
+            label_noise=self.label_noise, per_class_kernel=self.per_class_kernel,
+        )  # fmt: skip
+        core.X, core.y, core.n_classes = self.X[subset], self.y[subset], self.n_classes
+        search = core._optimise({"maxiter": get_config().multinomial_subset_maxiter})
+        self.kernel = core.kernel
+        return search
+
+    def _optimise(self, options=None):
+        """The evidence search (estimators/_search.py) from ``kernel``'s hyperparameters,
+        with L-BFGS-B ``options``; sets ``kernel`` to its best point."""
 
         def evaluate(theta, context):
             value, grad, res = self._evaluate(theta, True, init=context.warm)
@@ -170,7 +195,7 @@ class MultinomialCore:
         )  # fmt: skip
         search = maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=self.optimizer, starts=starts,
-            warm_of=_warm_state,
+            warm_of=_warm_state, options=options,
         )  # fmt: skip
         self.kernel = self._with_theta(search.x)
         return search
@@ -229,6 +254,27 @@ def run_with_damping(run, damping, max_iter, init=None):
         init,
         warm_state=_warm_state,
     )
+
+
+def _search_subset(y, n_classes, random_state):
+    """Indices (m,) of a stratified random subset for the first stage of the evidence
+    search, or None when the training set has at most ``multinomial_search_subset`` points.
+
+    Each class keeps its share of the m points (at least one; every point of a class that
+    has fewer).  The subset's posterior costs (m / n)^3 of the full one per sweep, so its
+    search, whose optimum starts a short search on all points, is nearly free.
+    """
+    m = get_config().multinomial_search_subset
+    n = y.shape[0]
+    if m is None or n <= m:
+        return None
+    rng = check_random_state(random_state)
+    chosen = []
+    for k in range(n_classes):
+        members = np.flatnonzero(y == k)
+        take = min(members.size, max(1, int(round(m * members.size / n))))
+        chosen.append(rng.permutation(members)[:take])
+    return np.sort(np.concatenate(chosen))
 
 
 def _class_prior(kernel, X, eval_gradient=False):
