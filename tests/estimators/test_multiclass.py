@@ -437,3 +437,38 @@ def test_subset_search_starts_a_short_search_on_all_points():
     assert staged.log_marginal_likelihood_value_ > full.log_marginal_likelihood_value_ - 0.5
     value = staged.log_marginal_likelihood(staged.kernel_.theta)
     assert abs(value - staged.log_marginal_likelihood_value_) < 1e-3
+
+
+def test_callable_optimizer_searches_on_all_points():
+    from scipy.optimize import minimize
+
+    from robustep import config
+
+    calls = []
+
+    def optimizer(obj_func, initial_theta, bounds):
+        calls.append(initial_theta.copy())
+        sol = minimize(obj_func, initial_theta, jac=True, bounds=bounds, options={"maxiter": 3})
+        return sol.x, sol.fun
+
+    X, y = _three_class_data(45)
+    with config(multinomial_search_subset=20):
+        clf = GPClassifier(optimizer=optimizer, multi_class="multinomial").fit(X, y)
+    assert len(calls) == 1 and clf._state.core.subset_search_result is None
+    np.testing.assert_array_equal(calls[0], (ConstantKernel(1.0) * RBF(1.0)).theta)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("multinomial_search_subset", 0),
+        ("multinomial_search_subset", 2.5),
+        ("multinomial_subset_maxiter", 0),
+        ("multinomial_refine_maxiter", True),
+    ],
+)
+def test_subset_search_settings_are_validated(name, value):
+    from robustep import config
+
+    with pytest.raises(ValueError, match=name), config(**{name: value}):
+        pass

@@ -66,7 +66,7 @@ class MultinomialCore:
     ``robustep.get_config().multinomial_search_subset`` the search first runs on a
     stratified random subset (``subset``: its row indices; ``subset_search_result``), and
     ``multinomial_refine_maxiter`` L-BFGS-B iterations on all points start from its
-    optimum (otherwise both are None).
+    optimum (otherwise, and with a callable ``optimizer``, both are None).
     """
 
     def __init__(
@@ -153,7 +153,10 @@ class MultinomialCore:
         theta, res = None, None
         if self.optimizer is not None and self.kernel.n_dims > 0:
             options = None
-            self.subset = subset = _search_subset(self.y, self.n_classes, self.random_state)
+            subset = None  # a callable optimizer runs the user's search as it is
+            if not callable(self.optimizer):
+                subset = _search_subset(self.y, self.n_classes, self.random_state)
+            self.subset = subset
             if subset is not None:  # start the search from a subset's optimum
                 self.subset_search_result = self._subset_search(subset)
                 options = {"maxiter": get_config().multinomial_refine_maxiter}
