@@ -410,8 +410,9 @@ def test_search_subset_is_stratified_and_deterministic():
 
     y = np.repeat([0, 1, 2], [60, 30, 10])
     with config(multinomial_search_subset=50):
-        a = _search_subset(y, 3, 0)
-        b = _search_subset(y, 3, 0)
+        a = _search_subset(y, 3, None)
+        b = _search_subset(y, 3, None)
+        assert not np.array_equal(a, _search_subset(y, 3, 1))
         assert _search_subset(y[:50], 3, 0) is None  # at most m points: no subset
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(np.bincount(y[a]), [30, 15, 5])

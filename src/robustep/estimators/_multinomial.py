@@ -264,14 +264,15 @@ def _search_subset(y, n_classes, random_state):
     search, or None when the training set has at most ``multinomial_search_subset`` points.
 
     Each class keeps its share of the m points (at least one; every point of a class that
-    has fewer).  The subset's posterior costs (m / n)^3 of the full one per sweep, so its
+    has fewer), drawn with ``random_state`` (seed 0 when None).  The subset's posterior costs (m / n)^3 of the full one per sweep, so its
     search, whose optimum starts a short search on all points, is nearly free.
     """
     m = get_config().multinomial_search_subset
     n = y.shape[0]
     if m is None or n <= m:
         return None
-    rng = check_random_state(random_state)
+    # a fixed seed without random_state: the fit stays deterministic, as without the subset
+    rng = check_random_state(0 if random_state is None else random_state)
     chosen = []
     for k in range(n_classes):
         members = np.flatnonzero(y == k)
