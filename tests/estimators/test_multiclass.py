@@ -440,6 +440,17 @@ def test_subset_search_starts_a_short_search_on_all_points():
     assert abs(value - staged.log_marginal_likelihood_value_) < 1e-3
 
 
+def test_subset_search_runs_the_restarts():
+    from robustep import config
+
+    X, y = _three_class_data(45)
+    kernel = ConstantKernel(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1))
+    with config(multinomial_search_subset=25, multinomial_subset_maxiter=5):
+        clf = GPClassifier(kernel, n_restarts_optimizer=2, random_state=0).fit(X, y)
+    core = clf._state.core
+    assert core.subset_search_result.n_starts == 3 and clf.optimizer_result_.n_starts == 1
+
+
 def test_callable_optimizer_searches_on_all_points():
     from scipy.optimize import minimize
 

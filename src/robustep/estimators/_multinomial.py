@@ -152,7 +152,7 @@ class MultinomialCore:
         self.search_result = self.subset = self.subset_search_result = None
         theta, res = None, None
         if self.optimizer is not None and self.kernel.n_dims > 0:
-            options = None
+            options, restarts = None, self.n_restarts_optimizer
             subset = None  # a callable optimizer runs the user's search as it is
             if not callable(self.optimizer):
                 subset = _search_subset(self.y, self.n_classes, self.random_state)
@@ -160,7 +160,8 @@ class MultinomialCore:
             if subset is not None:  # start the search from a subset's optimum
                 self.subset_search_result = self._subset_search(subset)
                 options = {"maxiter": get_config().multinomial_refine_maxiter}
-            self.search_result = self._optimise(options)
+                restarts = 0  # the subset's search ran them
+            self.search_result = self._optimise(options, restarts)
             theta, res = self.search_result.x, self.search_result.state
         if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
             K = _class_prior(self.kernel, self.X)[0] if self.per_class_kernel else None
@@ -170,20 +171,24 @@ class MultinomialCore:
 
     def _subset_search(self, subset):
         """The evidence search on the rows ``subset`` of the training set (a core of its
-        own, no restarts); sets ``kernel`` to its best point and returns its SearchResult."""
+        own, with the ``n_restarts_optimizer`` restarts); sets ``kernel`` to its best point
+        and returns its SearchResult."""
         core = MultinomialCore(
             self.kernel, damping=self.damping, max_iter=self.max_iter, tol=self.tol,
-            optimizer=self.optimizer, n_restarts_optimizer=0, random_state=self.random_state,
+            optimizer=self.optimizer, n_restarts_optimizer=self.n_restarts_optimizer,
+            random_state=self.random_state,
             label_noise=self.label_noise, per_class_kernel=self.per_class_kernel,
         )  # fmt: skip
         core.X, core.y, core.n_classes = self.X[subset], self.y[subset], self.n_classes
-        search = core._optimise({"maxiter": get_config().multinomial_subset_maxiter})
+        options = {"maxiter": get_config().multinomial_subset_maxiter}
+        search = core._optimise(options, self.n_restarts_optimizer)
         self.kernel = core.kernel
         return search
 
-    def _optimise(self, options=None):
-        """The evidence search (estimators/_search.py) from ``kernel``'s hyperparameters,
-        with L-BFGS-B ``options``; sets ``kernel`` to its best point."""
+    def _optimise(self, options=None, restarts=0):
+        """The evidence search (estimators/_search.py) from ``kernel``'s hyperparameters and
+        ``restarts`` random starts, with L-BFGS-B ``options``; sets ``kernel`` to its best
+        point."""
 
         def evaluate(theta, context):
             value, grad, res = self._evaluate(theta, True, init=context.warm)
@@ -193,8 +198,8 @@ class MultinomialCore:
 
         bounds = self.kernel.bounds
         starts = draw_starts(
-            self.kernel.theta, bounds, self.n_restarts_optimizer,
-            check_random_state(self.random_state) if self.n_restarts_optimizer else None,
+            self.kernel.theta, bounds, restarts,
+            check_random_state(self.random_state) if restarts else None,
         )  # fmt: skip
         search = maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=self.optimizer, starts=starts,
@@ -264,8 +269,8 @@ def _search_subset(y, n_classes, random_state):
     search, or None when the training set has at most ``multinomial_search_subset`` points.
 
     Each class keeps its share of the m points (at least one; every point of a class that
-    has fewer), drawn with ``random_state`` (seed 0 when None).  The subset's posterior costs (m / n)^3 of the full one per sweep, so its
-    search, whose optimum starts a short search on all points, is nearly free.
+    has fewer), drawn with ``random_state`` (seed 0 when None).  A posterior sweep on the
+    subset costs (m / n)^3 of one on all points.
     """
     m = get_config().multinomial_search_subset
     n = y.shape[0]
