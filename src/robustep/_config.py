@@ -108,9 +108,10 @@ class Settings:
         its kernel hyperparameters on a stratified random subset of this many points
         first (a posterior sweep costs O(c m^3) there instead of O(c n^3)), then runs
         ``multinomial_refine_maxiter`` L-BFGS-B iterations on all points from the subset's
-        optimum; None always searches on all points.  On digits (10 classes, n = 1000)
-        the full search spent most of its ~120 evaluations on a flat ridge of the
-        amplitude worth < 0.1 nats (``python benchmarks/multiclass.py --digits``).
+        optimum; None always searches on all points.  On digits (10 classes) a search on
+        all of 300 points made 117 evaluations, the last 90 on a flat ridge of the
+        amplitude worth < 0.1 nats; with the subset the default fit at n = 1000 takes 130
+        CPU seconds (``python benchmarks/multiclass.py --digits``, docs/performance.md).
     multinomial_subset_maxiter : int >= 1
         L-BFGS-B iterations at most of the search on the subset.
     multinomial_refine_maxiter : int >= 1
