@@ -402,3 +402,85 @@ def test_multiclass_uci_splits_per_dataset_caps_one_data_set():
     assert sorted({u["split"] for u in digits}) == [0, 1]
     # the capped data set keeps its index d, so its splits are those of the uncapped run
     assert {u["d"] for u in digits} == {1}
+
+
+def test_search_subset_is_stratified_and_deterministic():
+    from robustep import config
+    from robustep.estimators._multinomial import _search_subset
+
+    y = np.repeat([0, 1, 2], [60, 30, 10])
+    with config(multinomial_search_subset=50):
+        a = _search_subset(y, 3, None)
+        b = _search_subset(y, 3, None)
+        assert not np.array_equal(a, _search_subset(y, 3, 1))
+        assert _search_subset(y[:50], 3, 0) is None  # at most m points: no subset
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(np.bincount(y[a]), [30, 15, 5])
+    assert np.unique(a).size == a.size
+    with config(multinomial_search_subset=None):
+        assert _search_subset(y, 3, 0) is None
+
+
+def test_subset_search_starts_a_short_search_on_all_points():
+    from robustep import config
+
+    X, y = _three_class_data(60)
+    k0 = ConstantKernel(1.0) * RBF(1.0)
+    full = GPClassifier(k0, multi_class="multinomial", random_state=0).fit(X, y)
+    with config(multinomial_search_subset=30, multinomial_refine_maxiter=2):
+        staged = GPClassifier(k0, multi_class="multinomial", random_state=0).fit(X, y)
+    core = staged._state.core
+    assert core.subset_search_result is not None and core.subset_search_result.moved
+    assert full._state.core.subset_search_result is None
+    # the search on all points starts at the subset's optimum: fewer evaluations, and an
+    # evidence within a fraction of a nat of the full search's
+    assert staged.optimizer_result_.n_evaluations < full.optimizer_result_.n_evaluations
+    assert staged.log_marginal_likelihood_value_ > full.log_marginal_likelihood_value_ - 0.5
+    value = staged.log_marginal_likelihood(staged.kernel_.theta)
+    assert abs(value - staged.log_marginal_likelihood_value_) < 1e-3
+
+
+def test_subset_search_runs_the_restarts():
+    from robustep import config
+
+    X, y = _three_class_data(45)
+    kernel = ConstantKernel(1.0, (1e-2, 1e2)) * RBF(1.0, (1e-1, 1e1))
+    with config(multinomial_search_subset=25, multinomial_subset_maxiter=5):
+        clf = GPClassifier(kernel, n_restarts_optimizer=2, random_state=0).fit(X, y)
+    core = clf._state.core
+    assert core.subset_search_result.n_starts == 3 and clf.optimizer_result_.n_starts == 1
+
+
+def test_callable_optimizer_searches_on_all_points():
+    from scipy.optimize import minimize
+
+    from robustep import config
+
+    calls = []
+
+    def optimizer(obj_func, initial_theta, bounds):
+        calls.append(initial_theta.copy())
+        sol = minimize(obj_func, initial_theta, jac=True, bounds=bounds, options={"maxiter": 3})
+        return sol.x, sol.fun
+
+    X, y = _three_class_data(45)
+    with config(multinomial_search_subset=20):
+        clf = GPClassifier(optimizer=optimizer, multi_class="multinomial").fit(X, y)
+    assert len(calls) == 1 and clf._state.core.subset_search_result is None
+    np.testing.assert_array_equal(calls[0], (ConstantKernel(1.0) * RBF(1.0)).theta)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("multinomial_search_subset", 0),
+        ("multinomial_search_subset", 2.5),
+        ("multinomial_subset_maxiter", 0),
+        ("multinomial_refine_maxiter", True),
+    ],
+)
+def test_subset_search_settings_are_validated(name, value):
+    from robustep import config
+
+    with pytest.raises(ValueError, match=name), config(**{name: value}):
+        pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
+from robustep._config import get_config
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
@@ -60,7 +61,12 @@ class MultinomialCore:
     hyperparameters, held as a CompoundKernel and optimised jointly with the evidence
     gradient, eq. M12 per class; False: one kernel shared by the c classes).
 
-    After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``.
+    After :meth:`fit`: ``kernel`` (fitted), ``result`` (MulticlassEPResult), ``n_classes``,
+    ``search_result`` (the search's SearchResult or None); with more training points than
+    ``robustep.get_config().multinomial_search_subset`` the search first runs on a
+    stratified random subset (``subset``: its row indices; ``subset_search_result``), and
+    ``multinomial_refine_maxiter`` L-BFGS-B iterations on all points start from its
+    optimum (otherwise, and with a callable ``optimizer``, both are None).
     """
 
     def __init__(
@@ -143,10 +149,19 @@ class MultinomialCore:
             from sklearn.gaussian_process.kernels import CompoundKernel
 
             self.kernel = CompoundKernel([clone(self.kernel) for _ in range(self.n_classes)])
-        self.search_result = None
+        self.search_result = self.subset = self.subset_search_result = None
         theta, res = None, None
         if self.optimizer is not None and self.kernel.n_dims > 0:
-            self.search_result = self._optimise()
+            options, restarts = None, self.n_restarts_optimizer
+            subset = None  # a callable optimizer runs the user's search as it is
+            if not callable(self.optimizer):
+                subset = _search_subset(self.y, self.n_classes, self.random_state)
+            self.subset = subset
+            if subset is not None:  # start the search from a subset's optimum
+                self.subset_search_result = self._subset_search(subset)
+                options = {"maxiter": get_config().multinomial_refine_maxiter}
+                restarts = 0  # the subset's search ran them
+            self.search_result = self._optimise(options, restarts)
             theta, res = self.search_result.x, self.search_result.state
         if res is None or not np.allclose(theta, self.kernel.theta, rtol=0.0, atol=1e-12):
             K = _class_prior(self.kernel, self.X)[0] if self.per_class_kernel else None
@@ -154,8 +169,26 @@ class MultinomialCore:
         self.result = res
         return self
 
-    def _optimise(self):
-        """The evidence search (estimators/_search.py); sets ``kernel`` to its best point."""
+    def _subset_search(self, subset):
+        """The evidence search on the rows ``subset`` of the training set (a core of its
+        own, with the ``n_restarts_optimizer`` restarts); sets ``kernel`` to its best point
+        and returns its SearchResult."""
+        core = MultinomialCore(
+            self.kernel, damping=self.damping, max_iter=self.max_iter, tol=self.tol,
+            optimizer=self.optimizer, n_restarts_optimizer=self.n_restarts_optimizer,
+            random_state=self.random_state,
+            label_noise=self.label_noise, per_class_kernel=self.per_class_kernel,
+        )  # fmt: skip
+        core.X, core.y, core.n_classes = self.X[subset], self.y[subset], self.n_classes
+        options = {"maxiter": get_config().multinomial_subset_maxiter}
+        search = core._optimise(options, self.n_restarts_optimizer)
+        self.kernel = core.kernel
+        return search
+
+    def _optimise(self, options=None, restarts=0):
+        """The evidence search (estimators/_search.py) from ``kernel``'s hyperparameters and
+        ``restarts`` random starts, with L-BFGS-B ``options``; sets ``kernel`` to its best
+        point."""
 
         def evaluate(theta, context):
             value, grad, res = self._evaluate(theta, True, init=context.warm)
@@ -165,12 +198,12 @@ class MultinomialCore:
 
         bounds = self.kernel.bounds
         starts = draw_starts(
-            self.kernel.theta, bounds, self.n_restarts_optimizer,
-            check_random_state(self.random_state) if self.n_restarts_optimizer else None,
+            self.kernel.theta, bounds, restarts,
+            check_random_state(self.random_state) if restarts else None,
         )  # fmt: skip
         search = maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=self.optimizer, starts=starts,
-            warm_of=_warm_state,
+            warm_of=_warm_state, options=options,
         )  # fmt: skip
         self.kernel = self._with_theta(search.x)
         return search
@@ -229,6 +262,28 @@ def run_with_damping(run, damping, max_iter, init=None):
         init,
         warm_state=_warm_state,
     )
+
+
+def _search_subset(y, n_classes, random_state):
+    """Indices (m,) of a stratified random subset for the first stage of the evidence
+    search, or None when the training set has at most ``multinomial_search_subset`` points.
+
+    Each class keeps its share of the m points (at least one; every point of a class that
+    has fewer), drawn with ``random_state`` (seed 0 when None).  A posterior sweep on the
+    subset costs (m / n)^3 of one on all points.
+    """
+    m = get_config().multinomial_search_subset
+    n = y.shape[0]
+    if m is None or n <= m:
+        return None
+    # a fixed seed without random_state: the fit stays deterministic, as without the subset
+    rng = check_random_state(0 if random_state is None else random_state)
+    chosen = []
+    for k in range(n_classes):
+        members = np.flatnonzero(y == k)
+        take = min(members.size, max(1, int(round(m * members.size / n))))
+        chosen.append(rng.permutation(members)[:take])
+    return np.sort(np.concatenate(chosen))
 
 
 def _class_prior(kernel, X, eval_gradient=False):
