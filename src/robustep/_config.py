@@ -130,6 +130,12 @@ class Settings:
         full-batch evidence search below; None: always the full-batch search.  Measured
         (docs/guide/large-data.md, "Learning at scale"): the full-batch search takes
         longer than the stochastic learner's default from about 10⁴ points.
+    auto_inducing_power : float in (0, 1]
+        The power α that ``inducing_power="auto"`` of the sparse estimators gives when the
+        inducing inputs are optimised (in-memory X, a method with a power-α version): power
+        EP on the pseudo-point posterior (Bui, Yan & Turner 2017) instead of FITC-EP
+        (α = 1), whose evidence rewards inducing inputs and amplitudes that over-fit
+        (Bauer, van der Wilk & Rasmussen 2016).
     """
 
     jitter: float = 1e-10
@@ -154,6 +160,7 @@ class Settings:
     stall_patience: int = 5
     mean_sweep_fraction: float = 0.3
     stochastic_learner_min_n: int | None = 10_000
+    auto_inducing_power: float = 0.5
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -170,6 +177,10 @@ class Settings:
         sl = self.stochastic_learner_min_n
         if sl is not None:
             _check_integer("stochastic_learner_min_n", sl, 1)
+        ap = self.auto_inducing_power
+        ok = isinstance(ap, numbers.Real) and not isinstance(ap, bool) and 0 < ap <= 1
+        if not ok:
+            raise ValueError(f"auto_inducing_power must be a number in (0, 1], got {ap!r}")
         for name in ("search_tol", "search_ftol"):
             _check_real(name, getattr(self, name), positive=True)
         _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)

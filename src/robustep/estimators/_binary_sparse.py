@@ -5,9 +5,11 @@ built by :func:`robustep.posterior.factory.make_prior` in one representation cho
 per fit: ``"fitc"`` (in-memory X) or ``"dask"`` (X a ``dask.array`` chunked by rows), both
 on inducing inputs Z with the K_mm jitter fixed for the whole fit
 (:func:`robustep.estimators._sparse.fixed_jitter`).  EP runs on it as on a dense prior
-(:func:`robustep.estimators._binary.run_inference`); ``inducing_power=α < 1`` runs power
+(:func:`robustep.estimators._binary.run_inference`); an inducing power α < 1 runs power
 EP on the pseudo-point posterior instead (Bui, Yan & Turner 2017;
-:mod:`robustep.ep.pseudo_point`, docs/derivations/sparse.md §8).  The evidence search runs
+:mod:`robustep.ep.pseudo_point`, docs/derivations/sparse.md §8): ``inducing_power=α``, or
+the default "auto" with optimised inducing inputs in memory
+(:func:`robustep.estimators._sparse.inducing_power_of`).  The evidence search runs
 over the kernel's log hyperparameters and, with ``optimize_inducing``, Z (FITC-EP: eq.
 S14; power EP: P10, P11).  Predictions are made in row batches (O(batch m) memory).
 """
@@ -164,9 +166,8 @@ def fit_sparse(params, X, y, likelihood, kernel, learner=None):
     from robustep._config import blas_thread_limit
 
     check_sparse(params)
-    # α, validated: α < 1 takes methods "auto", "ep", "damped" and in-memory X only
-    alpha = _sparse.inducing_power_of(SimpleNamespace(**vars(params), X_train_=X),
-                                      POWER_METHODS)  # fmt: skip
+    # α resolved and validated: α < 1 takes methods "auto", "ep", "damped" and in-memory X
+    alpha = _sparse.inducing_power_of(params, POWER_METHODS, dask=_sparse.is_dask_input(X))
     _sparse.check_inducing_gradient(params, kernel)
     Z = _sparse.resolve_inducing_points(params.inducing_points, X, params.random_state)
     core = SparseBinaryCore(params, X, y, likelihood, _sparse.fixed_jitter(kernel, Z), alpha)
@@ -189,7 +190,7 @@ def fit_sparse(params, X, y, likelihood, kernel, learner=None):
     res = res if alpha == 1.0 else res.latent_view()
     Z = np.array(Z, dtype=float)
     attrs = fitted_attributes(params, res, likelihood, y)
-    attrs.update(kernel_=kernel, inducing_points_=Z,
+    attrs.update(kernel_=kernel, inducing_points_=Z, inducing_power_=alpha,
                  optimizer_result_=None if learned is None else learned.search)  # fmt: skip
     attrs.update(_learner.fitted_attributes(learned))
 
@@ -219,12 +220,14 @@ class StreamCore:
 @dataclass
 class Stream:
     """What ``partial_fit`` carries from one call to the next: ``classes`` (2,), the
-    learner, the K_mm jitter, the points seen, the stochastic run to continue
-    (``Learned``) and the :class:`BinaryFit` that predicts."""
+    learner, the K_mm jitter, the inducing power α (resolved on the first call), the
+    points seen, the stochastic run to continue (``Learned``) and the :class:`BinaryFit`
+    that predicts."""
 
     classes: np.ndarray
     learner: object
     jitter: float
+    alpha: float
     n_seen: int
     learned: object
     fit: BinaryFit
@@ -253,7 +256,6 @@ def partial_fit(est, stream, X, y, classes):
     from sklearn.base import clone
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from robustep.ep.pseudo_point import check_inducing_power
     from robustep.estimators._binary import make_likelihood
 
     params = SimpleNamespace(**est.get_params(deep=False))
@@ -267,9 +269,10 @@ def partial_fit(est, stream, X, y, classes):
             _sparse.check_inducing_gradient(params, kernel)
         Z = _sparse.resolve_inducing_points(est.inducing_points, X, est.random_state)
         jitter, n_seen, previous = _sparse.fixed_jitter(kernel, Z), 0, None
+        alpha = _sparse.inducing_power_of(params, POWER_METHODS)
     else:
         classes, learner, jitter = stream.classes, stream.learner, stream.jitter
-        n_seen, previous = stream.n_seen, stream.learned.state
+        alpha, n_seen, previous = stream.alpha, stream.n_seen, stream.learned.state
         kernel, likelihood, Z = previous.kernel, previous.likelihood, previous.inducing_inputs
     unknown = np.setdiff1d(np.unique(y), classes)
     if unknown.size:
@@ -280,7 +283,7 @@ def partial_fit(est, stream, X, y, classes):
     y_pm = np.where(y == classes[1], 1.0, -1.0)
     n_seen += X.shape[0]
     problem = _learner.LearningProblem(
-        kernel, X, y_pm, likelihood, Z, check_inducing_power(est.inducing_power), jitter,
+        kernel, X, y_pm, likelihood, Z, alpha, jitter,
         learn_kernel=est.optimizer is not None,
         learn_inducing=est.optimizer is not None and bool(est.optimize_inducing),
         learn_likelihood=(), random_state=est.random_state,
@@ -290,6 +293,7 @@ def partial_fit(est, stream, X, y, classes):
     attrs = {
         "kernel_": run.kernel,
         "inducing_points_": np.array(run.inducing_inputs, dtype=float),
+        "inducing_power_": alpha if learner.power is None else float(learner.power),
         "converged_": True,
         "n_iter_": int(run.n_steps),
         "log_marginal_likelihood_value_": float(learned.search.log_evidence),
@@ -301,4 +305,4 @@ def partial_fit(est, stream, X, y, classes):
     eps = None if est.likelihood == "probit" else float(est.label_noise)
     fit = BinaryFit(run.kernel, _learner.InducingPosterior(run), attrs, StreamCore(), eps,
                     "stochastic ep", _sparse.SEARCH_ADVICE)  # fmt: skip
-    return Stream(classes, learner, jitter, n_seen, learned, fit)
+    return Stream(classes, learner, jitter, alpha, n_seen, learned, fit)

@@ -103,7 +103,8 @@ class StochasticLearner(BaseEstimator):
         when it passes stops after its current minibatch.
     power : float in (0, 1] or None, default None
         The power α of the stochastic power EP; None: the estimator's ``inducing_power``
-        (the same model as the full-batch search's).
+        as resolved for the fit (``inducing_power_``: 0.5 for the default "auto" with
+        optimised inducing inputs, else 1), the same model as the full-batch search's.
     damping : float > 0, default 0.5
         Weight of a minibatch's new sites (tied sites move by ``min(1, damping b / n)``).
 
@@ -242,8 +243,9 @@ class LearningProblem:
 
     kernel : the starting kernel; X : (n, d) inputs; y : (n,) targets (±1 labels, or
     standardised real targets); likelihood : the starting likelihood; Z : (m, d) starting
-    inducing inputs; alpha : the estimator's ``inducing_power``; jitter : the fixed K_mm
-    jitter; learn_kernel, learn_inducing : bool; learn_likelihood : names of the
+    inducing inputs; alpha : the estimator's resolved inducing power (a number in
+    (0, 1], never "auto": :func:`robustep.estimators._sparse.inducing_power_of`); jitter :
+    the fixed K_mm jitter; learn_kernel, learn_inducing : bool; learn_likelihood : names of the
     likelihood's free parameters; random_state : the estimator's; search : the
     full-batch search, ``() -> Learned``; classifier : whether the held-out score is
     reported as a log loss; score_offset : added to the held-out log density (the

@@ -19,7 +19,9 @@ is exact for it.
 ``inducing_power=α < 1`` replaces FITC-EP by power EP with power α on the pseudo-point
 posterior (Bui, Yan & Turner 2017; :mod:`robustep.ep.pseudo_point`, docs/derivations/
 sparse.md §8): the same inducing inputs, optimiser and predictions, the evidence (P7) and
-its gradient (P10, P11).  α = 1 (the default) keeps the FITC code path unchanged.
+its gradient (P10, P11).  α = 1 keeps the FITC code path.  The default
+``inducing_power="auto"`` (:func:`inducing_power_of`) is α = 0.5 when the inducing
+inputs are optimised in memory, where FITC-EP's evidence over-fits, and α = 1 otherwise.
 """
 
 from __future__ import annotations
@@ -121,16 +123,45 @@ def check_inducing_gradient(est, kernel):
         )
 
 
-def inducing_power_of(est, allowed_methods):
-    """The estimator's α (``inducing_power``, 1.0 when absent), validated.
+def inducing_power_of(est, allowed_methods, *, dask=False):
+    """The power α a sparse fit of ``est`` runs with: its ``inducing_power``, resolved.
 
-    With α < 1 only ``allowed_methods`` and in-memory inputs are accepted: the fractional
-    power η (method "power"/"fractional") is a different approximation and is not combined
-    with α, and relaxed EP has no power-α version.
+    Parameters
+    ----------
+    est : the estimator's parameters (read: ``inducing_power``, ``method``, ``optimizer``,
+        ``optimize_inducing``; an absent ``inducing_power`` counts as 1).
+    allowed_methods : tuple of str
+        The methods with a power-α version (``POWER_METHODS`` of the classifier,
+        ``TGP_POWER_METHODS`` of the regressors).
+    dask : bool
+        X is a dask.array (power EP with α < 1 is in-memory only).
+
+    Returns
+    -------
+    float in (0, 1]
+        "auto": ``get_config().auto_inducing_power`` (0.5) when the inducing inputs are
+        optimised (``optimize_inducing`` with an optimizer), X is in memory and the method
+        is in ``allowed_methods``; 1 (FITC-EP) otherwise.  With free inducing inputs the
+        FITC-EP evidence rewards an over-fitted model (Bauer, van der Wilk & Rasmussen
+        2016): on three binary data sets with m = 64 inducing inputs the full-batch search
+        drove the amplitude to 1343, 1e5 (its bound) and 4.6e4 where dense EP finds 1.43,
+        39.6 and 3.6, and power EP with α = 0.5 (Bui, Yan & Turner 2017) to 1.38, 120 and
+        3.43 (``python benchmarks/learning.py --parts alpha --full``).  With fixed
+        inducing inputs FITC-EP has no such freedom and stays the default.  A number is
+        validated: α < 1 needs a method in ``allowed_methods`` and in-memory X (a
+        ValueError says what to change otherwise): the fractional power η of method
+        "power"/"fractional" is a different approximation and is not combined with α,
+        and relaxed EP has no power-α version.
     """
     from robustep.ep.pseudo_point import check_inducing_power
 
-    alpha = check_inducing_power(getattr(est, "inducing_power", 1.0))
+    power = getattr(est, "inducing_power", 1.0)
+    if isinstance(power, str) and power == "auto":
+        optimised = est.optimizer is not None and bool(est.optimize_inducing)
+        if optimised and not dask and est.method in allowed_methods:
+            return float(get_config().auto_inducing_power)
+        return 1.0
+    alpha = check_inducing_power(power)
     if alpha < 1.0:
         if est.method not in allowed_methods:
             raise ValueError(
@@ -139,7 +170,7 @@ def inducing_power_of(est, allowed_methods):
                 "power η of method 'power'/'fractional' tempers the sites under the FITC "
                 "prior, a different approximation); pass inducing_power=1 or another method"
             )
-        if is_dask_array(getattr(est, "X_train_", None)) or is_dask_array(getattr(est, "_X", None)):
+        if dask:
             raise ValueError(
                 "inducing_power < 1 is not implemented for Dask inputs; compute X into "
                 "memory, or pass inducing_power=1 (FITC-EP)"
@@ -483,8 +514,9 @@ def fit_regressor(core, kernel, space, X, Z, rng, settings, *, alpha=1.0,
 class RegressorStream:
     """What a regressor's ``partial_fit`` carries between calls: the target
     standardisation, the learner, the likelihood's search space, the K_mm jitter, the
-    points seen, the starting (kernel, likelihood, Z) of the first call, the inference
-    core (for the noise model of predictions), the last
+    inducing power α (resolved on the first call), the points seen, the starting
+    (kernel, likelihood, Z) of the first call, the inference core (for the noise model of
+    predictions), the last
     :class:`~robustep.estimators._learner.Learned` (None before the first batch) and the
     :class:`~robustep.estimators._regressor_fit.RegressorFit` that predicts."""
 
@@ -493,6 +525,7 @@ class RegressorStream:
     learner: object
     space: object
     jitter: float
+    alpha: float
     n_seen: int
     start: tuple
     core: object
@@ -523,14 +556,14 @@ def start_stream(est, X, kernel, space, y_mean, y_std):
     learner = _learner.StochasticLearner() if learner is None else clone(learner)
     Z = resolve_inducing_points(est.inducing_points, X, est.random_state)
     core = InferenceCore(est.method, float(est.power), np.zeros(0), None)
-    return RegressorStream(y_mean, y_std, learner, space, fixed_jitter(kernel, Z), 0,
+    alpha = inducing_power_of(est, TGP_POWER_METHODS)
+    return RegressorStream(y_mean, y_std, learner, space, fixed_jitter(kernel, Z), alpha, 0,
                            (kernel, space.likelihood, Z), core)  # fmt: skip
 
 
 def continue_regressor_stream(est, stream, X, y):
     """One ``partial_fit`` step on the batch X (b, d), y (b,) in target units; returns the
     next :class:`RegressorStream` (``stream`` is not modified)."""
-    from robustep.ep.pseudo_point import check_inducing_power
     from robustep.estimators._regressor_fit import Component, RegressorFit
 
     previous = None if stream.learned is None else stream.learned.state
@@ -538,7 +571,7 @@ def continue_regressor_stream(est, stream, X, y):
     n_seen = stream.n_seen + X.shape[0]
     problem = _learner.LearningProblem(
         kernel, X, (y - stream.y_mean) / stream.y_std, likelihood, Z,
-        check_inducing_power(est.inducing_power), stream.jitter,
+        stream.alpha, stream.jitter,
         learn_kernel=est.optimizer is not None,
         learn_inducing=est.optimizer is not None and bool(est.optimize_inducing),
         learn_likelihood=stream.space.free, random_state=est.random_state, classifier=False,

@@ -172,8 +172,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
     kernel_, likelihood_ : the fitted kernel and likelihood (the most probable EP3 one).
     converged_, n_iter_, log_marginal_likelihood_value_, site_precision_, site_shift_,
     negative_precision_, cavity_mean_, cavity_var_, hyperparameters_at_bounds_,
-    optimizer_result_, method_used_, inducing_points_, df_grid_, df_weights_,
-    mcmc_diagnostics_, loo_* and outlier_scores_ :
+    optimizer_result_, method_used_, inducing_points_, inducing_power_, df_grid_,
+    df_weights_, mcmc_diagnostics_, loo_* and outlier_scores_ :
         As in :class:`~robustep.estimators.StudentTGPRegressor`.
     learner_, history_, n_epochs_ :
         "full_batch" or "stochastic"; the stochastic learner's epochs (one dict each:
@@ -206,7 +206,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "verbose": ["boolean"],
         "inducing_points": [None, numbers.Integral, "array-like"],
         "optimize_inducing": ["boolean"],
-        "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "inducing_power": [Interval(numbers.Real, 0.0, 1.0, closed="right"), StrOptions({"auto"})],
         "device": [str, None],
         "dtype": [StrOptions({"float64", "float32"})],
         "prior": [StrOptions({"dense", "diagonal_plus_low_rank"})],
@@ -231,7 +231,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         df_grid=None,
         inducing_points=None,
         optimize_inducing=True,
-        inducing_power=1.0,
+        inducing_power="auto",
         device=None,
         dtype="float64",
         n_samples=2000,
@@ -341,9 +341,9 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             else clone(self.kernel)
         )
         rng = check_random_state(self.random_state)
-        if self.inducing_power != 1 and self.inducing_points is None:
+        if self.inducing_power not in ("auto", 1) and self.inducing_points is None:
             raise ValueError("inducing_power applies to the sparse model: pass inducing_points, "
-                             "or inducing_power=1 for the dense model")  # fmt: skip
+                             "or inducing_power='auto' for the dense model")  # fmt: skip
         if "df" in bounds and (self.method == "gaussian" or grid_on):
             bounds["df"] = "fixed"  # no df in the Gaussian reference; EP3 fixes it per value
         if self.prior != "dense" and (
@@ -365,9 +365,11 @@ class GPRegressor(RegressorMixin, BaseEstimator):
             optimizer=self.optimizer, dask=_sparse.is_dask_input(X),
         )  # fmt: skip
         self.__dict__.pop("_stream", None)  # fit starts afresh after partial_fit
+        alpha = None
         if self.inducing_points is not None:  # sparse FITC model: estimators/_sparse.py
             _sparse.check_regressor(self)
-            alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS)
+            alpha = _sparse.inducing_power_of(self, _sparse.TGP_POWER_METHODS,
+                                              dask=_sparse.is_dask_input(X))  # fmt: skip
             _sparse.check_inducing_gradient(self, kernel)
             Z = _sparse.resolve_inducing_points(self.inducing_points, X, self.random_state)
             fit = _sparse.fit_regressor(
@@ -391,6 +393,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         else:
             fit = fit_dense(core, kernel, space, X, rng, settings)
         self._fit, self._core, self._like = fit, core, like
+        self.inducing_power_ = alpha
         self._set_attributes(fit)
         return self
 
@@ -451,6 +454,9 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         run = learned.state
         self.df_grid_ = self.df_weights_ = self.mcmc_diagnostics_ = None
         self.inducing_points_ = fit.inducing_points
+        self.inducing_power_ = (
+            stream.alpha if stream.learner.power is None else float(stream.learner.power)
+        )
         self.optimizer_result_ = learned.search
         self.method_used_ = "stochastic"
         for key, value in _learner.fitted_attributes(learned).items():

@@ -134,15 +134,21 @@ class StudentTGPRegressor(GPRegressor):
     optimize_inducing : bool
         With an ``optimizer`` and ``inducing_points``, optimise the inducing inputs jointly
         with the hyperparameters (analytic gradient); False keeps them fixed.
-    inducing_power : float in (0, 1], default 1
+    inducing_power : "auto" or float in (0, 1], default "auto"
         With ``inducing_points``: the power α of power EP on the pseudo-point posterior
         (Bui, Yan & Turner 2017; docs/derivations/sparse.md §8), applied to each exact
-        factor p(y_i | f_i) while p(f_i | u) is kept exact.  1: FITC-EP (today's sparse
-        model, unchanged); towards 0: the variational free energy (Titsias' VFE).  Not the
-        fractional ``power`` η of method "fractional", which tempers the sites under the
-        fixed FITC prior; α < 1 needs method "auto" or "ep" and in-memory X.
-        ``site_precision_`` / ``site_shift_`` are then the effective factors of f_i whose
-        removal gives the leave-one-out cavity
+        factor p(y_i | f_i) while p(f_i | u) is kept exact.  1: FITC-EP; towards 0: the
+        variational free energy (Titsias' VFE).  "auto": α = 0.5 when the inducing inputs
+        are optimised (``optimize_inducing`` with an ``optimizer``), X is in memory and the
+        method is "auto" or "ep"; α = 1 otherwise (fixed inducing inputs, Dask X, method
+        "fractional").  With free inducing inputs the FITC evidence rewards an over-fitted
+        model (Bauer, van der Wilk & Rasmussen 2016; measured for classification in
+        :class:`~robustep.GPClassifier`'s ``inducing_power``: α = 1 drove the amplitude
+        up to 1000 times dense EP's, α = 0.5 stayed near it).  The fitted α is
+        ``inducing_power_``.  Not the fractional ``power`` η of method "fractional", which
+        tempers the sites under the fixed FITC prior; a number α < 1 needs method "auto"
+        or "ep" and in-memory X.  ``site_precision_`` / ``site_shift_`` are then the
+        effective factors of f_i whose removal gives the leave-one-out cavity
         (``robustep.ep.pseudo_point.PseudoPointEPResult.latent_view``).
     learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
         What learns the sparse model's kernel, sigma (nu with ``optimize_df``) and
@@ -180,6 +186,8 @@ class StudentTGPRegressor(GPRegressor):
     ----------
     kernel_, df_, scale_ : fitted hyperparameters; likelihood_ : the fitted StudentT.
     inducing_points_ : (m, n_features) fitted inducing inputs, or None (dense model).
+    inducing_power_ : the power α the sparse model ran with (``inducing_power``
+        resolved), or None (dense model).
     converged_, n_iter_ : whether the final inference converged, and its iterations.
     log_marginal_likelihood_value_ : approximate log p(y | hyperparameters) of the
         standardised targets (a lower bound for "vb"/"fvb"; NaN-free; None for "mcmc").
@@ -240,7 +248,7 @@ class StudentTGPRegressor(GPRegressor):
         optimize_inducing=True,
         device=None,
         dtype="float64",
-        inducing_power=1.0,
+        inducing_power="auto",
         likelihood_bounds=None,
         verbose=False,
         learner="auto",
