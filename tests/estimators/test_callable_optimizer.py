@@ -127,8 +127,13 @@ def test_dense_classifier_callable_at_start_is_the_fixed_kernel_fit():
 def test_sparse_classifier_callable_gets_inducing_inputs_unbounded():
     X, y = _binary(n=60)
     rec = Recorder()
+    # FITC-EP as the fixed fit below ("auto" would run α = 0.5 with optimised inputs)
     est = GPClassifier(
-        ConstantKernel(1.0) * RBF(1.0), inducing_points=5, optimizer=rec, random_state=0
+        ConstantKernel(1.0) * RBF(1.0),
+        inducing_points=5,
+        inducing_power=1.0,
+        optimizer=rec,
+        random_state=0,
     ).fit(X, y)
     ((theta0, box, value, grad, only),) = rec.calls
     assert theta0.shape == box.shape[:1] == grad.shape == (2 + 5 * 2,)
