@@ -70,7 +70,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 PARTS = ("classification", "regression", "small-data", "alpha", "tune")
 DEFAULT_PARTS = ("classification", "regression", "small-data")
@@ -105,19 +104,23 @@ BOUND_TOLERANCE = 0.01  # "at a bound": within 1% of it, on the log scale
 
 
 # ------------------------------------------------------------------------------- data
-def _sparse_benchmark():
-    # benchmarks/sparse.py by path: `import sparse` would find the pydata package
+def _sibling(name):
+    """benchmarks/NAME.py, loaded by path once (``import sparse`` would find the pydata
+    package, and the benchmarks folder need not be on sys.path)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_sparse_benchmark", HERE / "sparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    key = f"_benchmarks_{name.lstrip('_')}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def classification_data(n, n_test, d=8):
     """The probit problem of benchmarks/sparse.py: X (n, d), y (n,) in ±1, X_test, y_test."""
-    bench = _sparse_benchmark()
+    bench = _sibling("sparse")
     X, y = bench._probit_data(n, d, np.random.default_rng(2))
     Xt, yt = bench._probit_data(n_test, d, np.random.default_rng(99))
     return X, y, Xt, yt
@@ -216,7 +219,7 @@ def run_robustep(
     """
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from _harness import blas_threads
+    blas_threads = _sibling("_harness").blas_threads
     from robustep.ep.stochastic import fit_stochastic_ep
 
     cfg = {**ROBUSTEP_SETTINGS, **(settings or {})}
@@ -517,7 +520,7 @@ def report_classification(runs, cfg):
         for name, run in runs.items():
             if "error" in run:
                 continue
-            t = time_to_reach(run["curve"], "log_loss", target, cfg["budget"])
+            t = time_to_reach(run["curve"], "log_loss", target)
             rows.append([name, target, t, None if t is None else t / t_peer])
         t_rob = time_to_reach(runs["robustep"]["curve"], "log_loss", target, cfg["budget"])
         no_bound = _bound_flags(runs["robustep"]["params"]) == "none"
@@ -705,9 +708,9 @@ def alpha_data(cfg):
     """{name: (X, y (0/1), X_test, y_test)}: synthetic n = 2000 (benchmarks/peers.py),
     Spambase (3601 / 1000) and Pima (standardised, 500 / 268 at random); the quick form
     keeps the first points of each training set."""
-    import peers
     from robustep.datasets import load_pima
 
+    peers = _sibling("peers")
     limit = None if cfg["alpha_m"] >= 64 else 300
     sets = {"synthetic": peers.synthetic(2000, 2000)}
     try:
@@ -735,12 +738,11 @@ def alpha_study(cfg, args, powers=(1.0, 0.5, 0.1)):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    import peers
-    from _harness import blas_threads
     from robustep import GPClassifier
     from robustep.ep.stochastic import fit_stochastic_ep
     from robustep.likelihoods import Probit
 
+    peers, blas_threads = _sibling("peers"), _sibling("_harness").blas_threads
     m, epochs = cfg["alpha_m"], cfg["alpha_epochs"]
     rows, results = [], []
     for data, (X, y, Xt, yt) in alpha_data(cfg).items():
@@ -898,7 +900,7 @@ def plot_curves(classification_runs, regression_runs, path):
 
 # -------------------------------------------------------------------------------- main
 def main(argv=None):
-    from _harness import RESULTS
+    RESULTS = _sibling("_harness").RESULTS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes (< 1 minute)")
