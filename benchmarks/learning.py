@@ -795,7 +795,8 @@ def alpha_study(cfg, args, powers=(1.0, 0.5, 0.1)):
         rows,
         note=f"Inducing inputs optimised from the same MiniBatchKMeans start (m = {m}); "
         f"kernel C(1) * RBF(√d) (as benchmarks/peers.py); full batch: "
-        f"GPClassifier(kernel, inducing_points=Z0, inducing_power=α) (L-BFGS-B on the power-EP evidence); stochastic: the learner "
+        f"GPClassifier(kernel, inducing_points=Z0, inducing_power=α) (L-BFGS-B on the "
+        f"power-EP evidence); stochastic: the learner "
         f"with {ROBUSTEP_SETTINGS} for {epochs} epochs of minibatches of "
         f"min({cfg['batch']}, max(50, n / 8)); one BLAS thread",
     )  # fmt: skip
