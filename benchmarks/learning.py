@@ -78,12 +78,14 @@ FULL = {
     "n": 100_000, "test": 20_000, "d": 8, "m": 256, "batch": 1000, "threads": 2,
     "budget": 600.0, "peer_budget": 600.0, "reg_budget": 300.0, "eval_every": 30.0,
     "tune_n": 20_000, "tune_test": 5000, "tune_budget": 60.0, "alpha_m": 64,
+    "alpha_max_train": 2000,
     "small_epochs": 40,
 }  # fmt: skip
 QUICK = {
     "n": 2000, "test": 1000, "d": 8, "m": 32, "batch": 200, "threads": 1,
     "budget": 4.0, "peer_budget": 4.0, "reg_budget": 3.0, "eval_every": 1.0,
     "tune_n": 2000, "tune_test": 500, "tune_budget": 2.0, "alpha_m": 16,
+    "alpha_max_train": 300,
     "small_epochs": 10,
 }  # fmt: skip
 
@@ -706,12 +708,13 @@ def small_data(cfg, args):
 # ------------------------------------------------------------------------------ alpha
 def alpha_data(cfg):
     """{name: (X, y (0/1), X_test, y_test)}: synthetic n = 2000 (benchmarks/peers.py),
-    Spambase (3601 / 1000) and Pima (standardised, 500 / 268 at random); the quick form
-    keeps the first points of each training set."""
+    Spambase (the first 2000 of its 3601 training points / 1000 test) and Pima
+    (standardised, 500 / 268 at random); at most ``cfg["alpha_max_train"]`` training points
+    each (the first ones)."""
     from robustep.datasets import load_pima
 
     peers = _sibling("peers")
-    limit = None if cfg["alpha_m"] >= 64 else 300
+    limit = cfg["alpha_max_train"]
     sets = {"synthetic": peers.synthetic(2000, 2000)}
     try:
         sets["Spambase"] = peers.spambase()
@@ -726,9 +729,7 @@ def alpha_data(cfg):
         sets["Pima"] = (X[:500], y[:500], X[500:], y[500:])
     except OSError as err:
         print(f"Pima unavailable: {err}")
-    if limit:
-        sets = {k: (a[:limit], b[:limit], c, d) for k, (a, b, c, d) in sets.items()}
-    return sets
+    return {k: (a[:limit], b[:limit], c, d) for k, (a, b, c, d) in sets.items()}
 
 
 def alpha_study(cfg, args, powers=(1.0, 0.5, 0.1)):
@@ -910,7 +911,7 @@ def main(argv=None):
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
     parser.add_argument("--peer-python", default=None,
                         help="a Python with GPflow and TensorFlow for the SVGP side")  # fmt: skip
-    for key in ("n", "test", "m", "batch", "threads", "tune_n"):
+    for key in ("n", "test", "m", "batch", "threads", "tune_n", "alpha_m", "alpha_max_train"):
         parser.add_argument("--" + key.replace("_", "-"), type=int, default=None)
     for key in ("budget", "peer_budget", "reg_budget", "eval_every", "tune_budget"):
         parser.add_argument("--" + key.replace("_", "-"), type=float, default=None)
