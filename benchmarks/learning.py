@@ -386,13 +386,15 @@ def _svgp_worker(inp, out):
         for start in range(0, n, b):
             idx = order[start : start + b]
             t0 = time.perf_counter()
-            value = step(tf.constant(X[idx]), tf.constant(y[idx, None]))
+            try:
+                value = step(tf.constant(X[idx]), tf.constant(y[idx, None])).numpy()
+            except tf.errors.InvalidArgumentError:  # GPflow's check of a NaN step
+                value = np.nan
             train_s += time.perf_counter() - t0
             steps += 1
-            if not np.isfinite(value.numpy()):
-                stopped = "non-finite loss"
-                break
-            done = train_s >= budget
+            if not np.isfinite(value):
+                stopped = f"non-finite step {steps}"
+            done = train_s >= budget or stopped != "budget"
             if done or train_s - last >= eval_every:
                 last = train_s
                 t0 = time.perf_counter()
