@@ -51,7 +51,9 @@ Usage::
 ``--full``: n = 10⁵ training and 20 000 test points, m = 256, minibatch 1000, 2 threads,
 600 s for each classification learner, 300 s for each regression learner, checkpoints every
 30 s: about 50 minutes with the SVGP side (3 × 600 s + 3 × 300 s of training plus the
-evaluations and TensorFlow's start).
+evaluations and TensorFlow's start).  ``--threads 1`` on a shared machine: two OpenBLAS
+threads on oversubscribed cores slow robustep's m × m algebra by an order of magnitude
+(TensorFlow's pool is not affected in the same way), which would measure the machine.
 """
 
 from __future__ import annotations
