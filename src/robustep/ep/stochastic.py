@@ -87,10 +87,11 @@ class _Gauss:
     ``A = I + Lᵀ Lam L`` (``S = L A⁻¹ Lᵀ``): no inverse of an ill-conditioned K is formed
     for S itself.  ``G`` is the log normaliser without the (m/2) log 2π constant (E2)."""
 
-    def __init__(self, frame: _Frame, Lam, b):
+    def __init__(self, frame: _Frame, Lam, b, L_A=None):
         be = frame.be
         L = frame.L
-        self.L_A = _factor_A(frame, Lam)  # LinAlgError when q is improper
+        # LinAlgError when q is improper; L_A: the factor of this (frame, Lam), if known
+        self.L_A = _factor_A(frame, Lam) if L_A is None else L_A
         LAi_Lt = be.solve_lower(self.L_A, L.T)  # L_A⁻¹ Lᵀ
         self.S = LAi_Lt.T @ LAi_Lt
         self.mean = self.S @ b
@@ -179,16 +180,18 @@ def _refresh_sum(be, sites, frame, X):
     sites.Lam, sites.b = 0.5 * (Lam + Lam.T), b
 
 
-def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None):
+def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None, rows=None):
     """Damped power-EP update of the sites of a minibatch (eqs. E3–E5).
 
     Xb (b, d) rows (an array of ``be``), yb (b,) host targets, idx (b,) their row indices
     (per-point sites only; None for tied sites).  Returns the number of points skipped
     for an improper cavity or tilted distribution.  The step is halved (up to 10 times)
-    when it would make q improper.
+    when it would make q improper.  ``rows``: ``frame.rows(Xb)`` when already computed.
+    Returns (skipped, L_q): L_q is the factor ``_factor_A(frame, ·)`` of the updated q
+    (None when no step was taken), for :func:`_energy_and_gradient` to reuse.
     """
     xp = be.xp
-    Kb, a, _, d = frame.rows(Xb)
+    Kb, a, _, d = rows if rows is not None else frame.rows(Xb)
     size = Xb.shape[0]
     n = sites.n
     if sites.tied:
@@ -210,6 +213,7 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
     vh = xp.where(ok, vh, 1.0)
     beta_new = xp.where(ok, (1.0 / vh - 1.0 / xp.where(ok, vc, 1.0)) / alpha, 0.0)
     gamma_new = xp.where(ok, (mh / vh - mc / xp.where(ok, vc, 1.0)) / alpha, 0.0)
+    L_q = None  # the factor of q after the update (None: the sites did not move)
     if sites.tied:
         # the average of the minibatch's new sites replaces a share of the average site
         a_ok = a[ok]
@@ -219,7 +223,7 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
         for _ in range(11):
             Lam = (1.0 - eps) * sites.Lam + eps * 0.5 * (Lam_B + Lam_B.T)
             try:
-                _factor_A(frame, n * Lam)
+                L_q = _factor_A(frame, n * Lam)
             except np.linalg.LinAlgError:
                 eps *= 0.5
                 continue
@@ -233,7 +237,7 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
             dLam = (a * (eps * dbeta)[:, None]).T @ a
             Lam = sites.Lam + 0.5 * (dLam + dLam.T)
             try:
-                _factor_A(frame, Lam)
+                L_q = _factor_A(frame, Lam)
             except np.linalg.LinAlgError:
                 eps *= 0.5
                 continue
@@ -241,12 +245,12 @@ def _site_step(be, sites, frame, Xb, yb, idx, likelihood, alpha, damping, q=None
             sites.beta[idx] += be.to_host(eps * dbeta)
             sites.gamma[idx] += be.to_host(eps * dgamma)
             break
-    return be.count_false(ok)
+    return be.count_false(ok), L_q
 
 
 # -------------------------------------------------------------- energy and gradient
 def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_grad=True,
-                         w=None):  # fmt: skip
+                         w=None, rows=None, q_factor=None):  # fmt: skip
     """Minibatch estimate of the EP energy (E6, E7) and of its gradient (E8–E12).
 
     Xb (b, d) rows (an array of ``be``), yb (b,) host targets, idx (b,) their row indices
@@ -255,14 +259,15 @@ def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_
     (b, m) the rows ``a_i`` at which they were formed (None: the current ``a_i``; the
     gradient is for that case).  Returns (energy, g_theta (p,) numpy, g_lik (q,) numpy,
     g_Z (m, d) array of ``be``); the data terms are scaled by n / |B|.  With
-    ``want_grad=False`` the gradients are None.
+    ``want_grad=False`` the gradients are None.  ``rows``: ``frame.rows(Xb)`` when already
+    computed; ``q_factor``: q's factor at this frame (from :func:`_site_step`), if known.
     """
     xp = be.xp
     n = sites.n
     scale = n / Xb.shape[0]
-    Kb, a, _, d = frame.rows(Xb)
+    Kb, a, _, d = rows if rows is not None else frame.rows(Xb)
     C = frame.C
-    q = _Gauss(frame, *sites.q_natural())
+    q = _Gauss(frame, *sites.q_natural(), L_A=q_factor)
     if sites.tied:
         ref = _Gauss(frame, (n - alpha) * sites.Lam, (n - alpha) * sites.b)
         cav_m, cav_v, s = ref.projections(be, Kb)
@@ -276,7 +281,7 @@ def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_
             + 0.5 * (n / alpha) * (be.outer(ref.Cm, ref.Cm) + ref.CSC)
             - 0.5 * C
         )
-        Cm_rows = xp.broadcast_to(ref.Cm, a.shape)
+        Cm_rows = None  # every row is ref.Cm: the products with it are outer products
         r_c = s - a
     else:
         w = a if w is None else w
@@ -318,8 +323,12 @@ def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_
     # E9: weights of dK_nm (rows), dK_mm and d diag K_nn
     g1 = scale * xp.where(ok, g1, 0.0) / alpha
     e = scale * xp.where(ok, e, 0.0) / alpha
-    W_nm = g1[:, None] * Cm_rows + 2.0 * e[:, None] * r_c
-    X_mm = (r_c * g1[:, None]).T @ Cm_rows + (r_c * e[:, None]).T @ r_c
+    if Cm_rows is None:
+        W_nm = g1[:, None] * ref.Cm[None, :] + 2.0 * e[:, None] * r_c
+        X_mm = be.outer(r_c.T @ g1, ref.Cm) + (r_c * e[:, None]).T @ r_c
+    else:
+        W_nm = g1[:, None] * Cm_rows + 2.0 * e[:, None] * r_c
+        X_mm = (r_c * g1[:, None]).T @ Cm_rows + (r_c * e[:, None]).T @ r_c
     if not sites.tied:
         X_mm += be.outer(s.T @ h_mu, q.Cm) + (s * h_var[:, None]).T @ s
     W_mm = W_mm + 0.5 * (X_mm + X_mm.T)
@@ -659,12 +668,18 @@ def _learn(be, source, kernel, likelihood, Z, n, m, b_size, alpha, rng, *, n_epo
         energies, skipped = [], 0
         for idx, X_rows, yb in source.epoch():
             Xb = be.asarray(X_rows)
+            rows = frame.rows(Xb)  # shared by the site updates and the gradient of this step
+            q_factor = None
             for _ in range(site_steps):
-                skipped += _site_step(be, sites, frame, Xb, yb, idx, cur_lik, alpha, damping)
+                n_skipped, L_q = _site_step(be, sites, frame, Xb, yb, idx, cur_lik, alpha,
+                                            damping, rows=rows)  # fmt: skip
+                skipped += n_skipped
+                q_factor = L_q if L_q is not None else q_factor
             if learning:
                 # the gradient at the minibatch's refreshed sites (E13)
                 E, g_t, g_l, g_Z = _energy_and_gradient(be, sites, frame, Xb, yb, idx,
-                                                        cur_lik, alpha)  # fmt: skip
+                                                        cur_lik, alpha, rows=rows,
+                                                        q_factor=q_factor)  # fmt: skip
                 grad = be.concat([be.asarray(g_t), be.asarray(g_l), xp.reshape(g_Z, (-1,))])
                 grad = grad * mask
                 if bool(xp.all(xp.isfinite(grad))):
