@@ -231,6 +231,7 @@ def fit_robustep(method, Xtr, ytr, Xte, cfg, Z0):
     kwargs = dict(optimizer=None if cfg["fixed"] else "fmin_l_bfgs_b", random_state=0)
     if method == "robustep sparse":
         kwargs["inducing_points"] = Z0
+        kwargs["inducing_power"] = 1.0  # FITC EP, as the published rows (not the "auto" α)
     if method == "robustep cuda":
         kwargs["device"] = "cuda"
     with warnings.catch_warnings(record=True) as caught:
