@@ -55,7 +55,8 @@ docs: $(DOCS_STAMP)
 # --full, the configuration of the numbers in docs/performance.md. Results go to
 # benchmarks/results/local/ (docs/performance.md, "Running the suites").
 BENCH_SUITES := engine gpc tgp likelihoods mrf peers sparse gpu multiclass \
-	multiclass_sparse multiclass_label_noise auto_grid stress bad_input seam_regression
+	multiclass_sparse multiclass_label_noise auto_grid stress bad_input seam_regression \
+	stochastic_ep learning
 bench: $(STAMP)
 	set -e; for s in $(BENCH_SUITES); do echo "== benchmarks/$$s.py --quick"; \
 		MPLBACKEND=Agg $(BIN)/python benchmarks/$$s.py --quick; done
