@@ -4,6 +4,7 @@ stages, its report of each, and its convergence on the quick cells of benchmarks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def test_adaptive_damped_stage_reports_the_residual_of_its_state():
     )
 
 
+@functools.cache
 def _stress():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
     spec = importlib.util.spec_from_file_location("_stress_step_noise", path)
@@ -130,14 +132,7 @@ def test_power_stage_result_says_power():
 
 
 def _step_cell(boundary, flip, n, seed):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-1.0, 1.0, size=(n, 2))
-    if boundary == "xor":
-        y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
-    else:
-        y = np.where(X[:, 1] > 0.5 * np.sin(3.0 * X[:, 0]), 1.0, -1.0)
-    flipped = rng.random(n) < flip
-    y[flipped] = -y[flipped]
+    X, y = _stress().step_noise_data(boundary, n, flip, seed)
     return DensePrior((ConstantKernel(1.0) * RBF(1.0))(X), check=False), y, NoisyStep(flip)
 
 

@@ -25,16 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["BlockBatches", "InMemoryBatches", "is_dask_array"]
+from robustep.posterior._dask import is_dask_array
 
-
-def is_dask_array(x) -> bool:
-    """Whether x is a dask.array.Array (without importing dask when it is not loaded)."""
-    if "dask.array" not in sys.modules:
-        return False
-    import dask.array as da
-
-    return isinstance(x, da.Array)
+__all__ = ["BlockBatches", "InMemoryBatches"]
 
 
 def _active_client():

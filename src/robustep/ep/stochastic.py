@@ -37,11 +37,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from robustep.ep._minibatches import BlockBatches, InMemoryBatches, is_dask_array
+from robustep.ep._minibatches import BlockBatches, InMemoryBatches
 from robustep.ep._stochastic_backend import NumpyBackend, backend_for, check_array_kernel
 from robustep.ep.pseudo_point import check_inducing_power
 from robustep.kernels._rows import row_chunks
 from robustep.likelihoods.base import Likelihood
+from robustep.posterior._dask import is_dask_array
 
 __all__ = ["StochasticEPResult", "fit_stochastic_ep", "stochastic_ep_energy"]
 

@@ -32,6 +32,15 @@ __all__ = [
 ]
 
 
+def starting_kernel(kernel):
+    """The classifier's starting kernel: a clone of ``kernel``, or ``ConstantKernel(1.0) *
+    RBF(1.0)`` for None."""
+    from sklearn.base import clone
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    return ConstantKernel(1.0) * RBF(1.0) if kernel is None else clone(kernel)
+
+
 def make_likelihood(params):
     """The likelihood object of ``params.likelihood`` ("probit" or "step", ε = label_noise)."""
     from robustep.likelihoods import NoisyStep, Probit

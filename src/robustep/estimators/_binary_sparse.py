@@ -254,16 +254,15 @@ def partial_fit(est, stream, X, y, classes):
     y (b,); ``stream`` is the previous :class:`Stream` (None on the first call).  Returns
     the next :class:`Stream`; writes nothing onto ``est``."""
     from sklearn.base import clone
-    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from robustep.estimators._binary import make_likelihood
+    from robustep.estimators._binary import make_likelihood, starting_kernel
 
     params = SimpleNamespace(**est.get_params(deep=False))
     if stream is None:
         classes = np.unique(np.asarray(classes))
         learner = est.learner if isinstance(est.learner, _learner.StochasticLearner) else None
         learner = _learner.StochasticLearner() if learner is None else clone(learner)
-        kernel = ConstantKernel(1.0) * RBF(1.0) if est.kernel is None else clone(est.kernel)
+        kernel = starting_kernel(est.kernel)
         likelihood = make_likelihood(params)
         if est.optimizer is not None and est.optimize_inducing:
             _sparse.check_inducing_gradient(params, kernel)

@@ -22,30 +22,11 @@ import numpy as np
 
 from robustep import _array_api as aa
 
-_DTYPES = ("float64", "float32")
-
 
 def torch_like(device, dtype="float64"):
-    """An empty torch tensor on ``device`` with ``dtype``: the template of all arrays."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise ImportError(
-            f"device={device!r} needs PyTorch (and array-api-compat); install them with "
-            "`pip install robustep[torch]`, or use device=None (numpy)"
-        ) from exc
-    aa.compat()  # array-api-compat, with its own install advice
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    try:
-        dev = torch.device(device)
-        like = torch.zeros(0, dtype=getattr(torch, dtype), device=dev)
-    except (RuntimeError, AssertionError, ValueError) as exc:
-        raise ValueError(
-            f"device={device!r} is not usable by PyTorch ({exc}); pass 'cpu', 'cuda', "
-            "'cuda:1', ... or None (numpy)"
-        ) from exc
-    return like
+    """An empty torch tensor on ``device`` with ``dtype``: the template of all arrays
+    (:func:`robustep._array_api.torch_template`, with its install and device errors)."""
+    return aa.torch_template(device, dtype)
 
 
 def check_fit(estimator, y, methods=None):

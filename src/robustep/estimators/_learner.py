@@ -365,12 +365,10 @@ def _split(n, fraction, rng):
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-def _coordinates(result, free, learn_inducing):
-    """[log θ, free log likelihood parameters, vec(Z) when learned] of a result."""
-    lik = result.likelihood
-    lp = [np.log(float(getattr(lik, name))) for name in free]
-    Z = result.inducing_inputs.ravel() if learn_inducing else []
-    return np.concatenate([result.kernel.theta, lp, Z])
+def _coordinates(kernel, likelihood, Z, free, learn_inducing):
+    """[log θ, free log likelihood parameters, vec(Z) when learned]."""
+    lp = [np.log(float(getattr(likelihood, name))) for name in free]
+    return np.concatenate([kernel.theta, lp, Z.ravel() if learn_inducing else []])
 
 
 class _Monitor:
@@ -513,8 +511,9 @@ def _learn_stochastic(learner, problem):
         # the epoch that passes max_time ends early and is scored like the others
         stopped = monitor.stopped or ("max_time" if run.stopped == "max_time" else "max_epochs")
     result, epoch = monitor.kept()
-    x0 = _coordinates_of(problem)
-    x = _coordinates(result, problem.learn_likelihood, problem.learn_inducing)
+    free, learn_Z = problem.learn_likelihood, problem.learn_inducing
+    x0 = _coordinates(problem.kernel, problem.likelihood, problem.Z, free, learn_Z)
+    x = _coordinates(result.kernel, result.likelihood, result.inducing_inputs, free, learn_Z)
     n_epochs = len(monitor.history)
     search = LearnerResult(
         x=x,
@@ -536,13 +535,6 @@ def _learn_stochastic(learner, problem):
         search=search, learner=STOCHASTIC, history=list(monitor.history), n_epochs=n_epochs,
         state=result,
     )  # fmt: skip
-
-
-def _coordinates_of(problem):
-    lik = problem.likelihood
-    lp = [np.log(float(getattr(lik, name))) for name in problem.learn_likelihood]
-    Z = problem.Z.ravel() if problem.learn_inducing else []
-    return np.concatenate([problem.kernel.theta, lp, Z])
 
 
 # ----------------------------------------------------------------------- streaming
@@ -597,7 +589,13 @@ def continue_stream(learner, problem, previous, n_seen):
          "elapsed": float(record["time"])}
     )  # fmt: skip
     run = dataclasses.replace(run, history=history)
-    x = _coordinates(run, problem.learn_likelihood, problem.learn_inducing)
+    x = _coordinates(
+        run.kernel,
+        run.likelihood,
+        run.inducing_inputs,
+        problem.learn_likelihood,
+        problem.learn_inducing,
+    )
     search = LearnerResult(
         x=x, log_evidence=float(record["energy"]), state=None, success=True,
         n_evaluations=int(run.n_steps), n_starts=1, moved=True,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
@@ -183,11 +182,10 @@ class MultinomialFit(_MulticlassFit):
     @classmethod
     def fit(cls, params, X, y_index, n_classes, per_class):
         """Fit the dense or sparse multinomial core on labels 0 .. c-1."""
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-
         from robustep._config import blas_thread_limit
+        from robustep.estimators._binary import starting_kernel
 
-        kernel = ConstantKernel(1.0) * RBF(1.0) if params.kernel is None else clone(params.kernel)
+        kernel = starting_kernel(params.kernel)
         # parallel nested EP without damping oscillates for large kernel amplitudes
         # (docs/derivations/multiclass.md §3): "ep" uses the adaptive damping schedule
         damping = "adaptive" if params.method in ("auto", "ep") else params.damping

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
+from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
@@ -425,7 +425,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
         likelihood = _binary.make_likelihood(params)
         X = X if _sparse.is_dask_input(X) else np.asarray(X, dtype=float)
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else clone(self.kernel)
+        kernel = _binary.starting_kernel(self.kernel)
         learner = _learner.resolve(
             self.learner, n=X.shape[0], sparse=self.inducing_points is not None,
             optimizer=self.optimizer, dask=_sparse.is_dask_input(X),
