@@ -34,6 +34,10 @@ Parts (``--parts``; the default runs ``classification regression small-data``):
 * ``tune``: the tuning grid on a smaller proxy (``--tune-n`` points, ``--tune-budget``
   seconds each): robustep's learning rate, damping, site kind and batch size, and SVGP's
   Adam learning rate for both variants.  Results go to ``learning_tuning.json``.
+* ``estimators``: ``GPClassifier(inducing_points=64)`` with ``learner="full_batch"`` and
+  ``"stochastic"`` on the 2-d problem of docs/guide/large-data.md (n = 2000 … 10⁵; the
+  full-batch search up to 2·10⁴): fit seconds, accuracy and log loss.  Results go to
+  ``learning_estimators.json``.
 
 robustep's learner is called through one function, :func:`run_robustep`.  The SVGP side
 runs in another Python (``--peer-python PATH``, an environment with GPflow and TensorFlow;
@@ -47,6 +51,7 @@ Usage::
     python benchmarks/learning.py --full --peer-python PATH      # the published numbers
     python benchmarks/learning.py --parts alpha --full            # learning_alpha.json
     python benchmarks/learning.py --parts tune --full --peer-python PATH
+    python benchmarks/learning.py --parts estimators --full       # learning_estimators.json
 
 ``--full``: n = 10⁵ training and 20 000 test points, m = 256, minibatch 1000, 2 threads,
 600 s for each classification learner, 300 s for each regression learner, checkpoints every
@@ -73,7 +78,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
-PARTS = ("classification", "regression", "small-data", "alpha", "tune")
+PARTS = ("classification", "regression", "small-data", "alpha", "tune", "estimators")
 DEFAULT_PARTS = ("classification", "regression", "small-data")
 
 FULL = {
@@ -81,14 +86,14 @@ FULL = {
     "budget": 600.0, "peer_budget": 600.0, "reg_budget": 300.0, "eval_every": 30.0,
     "tune_n": 20_000, "tune_test": 5000, "tune_budget": 60.0, "alpha_m": 64,
     "alpha_max_train": 2000,
-    "small_epochs": 40,
+    "small_epochs": 40, "est_sizes": (2000, 10_000, 20_000, 100_000), "est_full_max": 20_000,
 }  # fmt: skip
 QUICK = {
     "n": 2000, "test": 1000, "d": 8, "m": 32, "batch": 200, "threads": 1,
     "budget": 4.0, "peer_budget": 4.0, "reg_budget": 3.0, "eval_every": 1.0,
     "tune_n": 2000, "tune_test": 500, "tune_budget": 2.0, "alpha_m": 16,
     "alpha_max_train": 300,
-    "small_epochs": 10,
+    "small_epochs": 10, "est_sizes": (500, 1000), "est_full_max": 1000,
 }  # fmt: skip
 
 # robustep's learner as benchmarked: the settings the estimators' stochastic learner uses
@@ -875,6 +880,48 @@ def tune(cfg, args):
 
 
 # ------------------------------------------------------------------------------ figure
+def estimator_data(n, n_test, seed=0):
+    """The 2-d probit problem of the large-data guide: labels of
+    sin(2 x0) cos(x1) + 0.3 ε > 0, x uniform in [-3, 3]²; (X, y, X_test, y_test)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n + n_test, 2))
+    y = np.sin(2 * X[:, 0]) * np.cos(X[:, 1]) + 0.3 * rng.standard_normal(n + n_test) > 0
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def estimators(cfg, args):
+    """``GPClassifier(inducing_points=64)`` with each learner (defaults otherwise) on the
+    large-data guide's problem: whole-fit seconds, the learning part's seconds (the
+    stochastic learner's last epoch), test accuracy and log loss on 5000 points."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+    from sklearn.metrics import log_loss
+
+    from robustep import GPClassifier
+
+    rows = []
+    for n in cfg["est_sizes"]:
+        X, y, X_test, y_test = estimator_data(n, 5000)
+        for learner in ("full_batch", "stochastic"):
+            if learner == "full_batch" and n > cfg["est_full_max"]:
+                rows.append([n, learner, "not run", "—", "—", "—"])
+                continue
+            clf = GPClassifier(ConstantKernel(1.0) * RBF(1.0), inducing_points=64,
+                               learner=learner, random_state=0)  # fmt: skip
+            start = time.perf_counter()
+            clf.fit(X, y)
+            seconds = time.perf_counter() - start
+            learning = clf.history_[-1]["elapsed"] if clf.history_ else "—"
+            p = clf.predict_proba(X_test)[:, 1]
+            rows.append([n, learner, seconds, learning, clf.score(X_test, y_test),
+                         log_loss(y_test, p, labels=[False, True])])  # fmt: skip
+    _table(
+        "estimators: GPClassifier(inducing_points=64) by learner",
+        ["n", "learner", "fit s", "of which learning s", "test accuracy", "test log loss"],
+        rows,
+    )
+    return rows
+
+
 def plot_curves(classification_runs, regression_runs, path):
     """Test log loss and error (classification) and test MAE (regression) against the
     seconds of training; one line per learner."""
@@ -946,6 +993,8 @@ def main(argv=None):
         out["alpha"] = alpha_study(cfg, args)
     if "tune" in args.parts:
         out["tune"] = tune(cfg, args)
+    if "estimators" in args.parts:
+        out["estimators"] = estimators(cfg, args)
     return out
 
 
@@ -958,6 +1007,8 @@ def _suite_name(argv):
             return "learning_alpha"
         if parts == ["tune"]:
             return "learning_tuning"
+        if parts == ["estimators"]:
+            return "learning_estimators"
     return "learning"
 
 

@@ -119,11 +119,12 @@ class StochasticLearner(BaseEstimator):
     regressors' ``likelihood_bounds`` are not enforced, and ``n_restarts_optimizer`` does
     not apply (one run from the starting values).
 
-    Measured on 2 cores shared with other jobs (loaded times), probit classification in
-    2-d, m = 64 optimised inducing inputs, the defaults: a whole ``GPClassifier`` fit
-    (learning and the final EP fit) takes 3-8 s at n = 10⁴ and 18 s at n = 10⁵, against
-    27 s and about 12 minutes (extrapolated from 147 s at n = 2·10⁴) with the full-batch
-    search (docs/guide/large-data.md, "Learning at scale").
+    Measured on an idle 2-core machine, probit classification in 2-d, m = 64 optimised
+    inducing inputs, the defaults (``python benchmarks/learning.py --parts estimators
+    --full``): a whole ``GPClassifier`` fit (learning and the final EP fit) takes 2.5 s at
+    n = 10⁴, 4.5 s at 2·10⁴ and 36 s at 10⁵, against 55 s and 111 s with the full-batch
+    search at 10⁴ and 2·10⁴, at equal test log loss (docs/guide/large-data.md, "Learning
+    at scale").
     """
 
     _parameter_constraints: dict = {

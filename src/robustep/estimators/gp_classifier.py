@@ -216,9 +216,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         stochastic learner with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at
         least ``robustep.get_config().stochastic_learner_min_n`` training points
         (10000), the full-batch search otherwise.  A default fit at n = 1e4 (1e5), 2-d,
-        m = 64, measured on a loaded 2-core machine: 3-8 s (18 s) with the stochastic
-        learner, 27 s (about 12 min) with the full-batch search
-        (docs/guide/large-data.md, "Learning at scale").
+        m = 64, on an idle 2-core machine: 2.5 s (36 s) with the stochastic learner, 55 s
+        (not run) with the full-batch search (``python benchmarks/learning.py --parts
+        estimators --full``; docs/guide/large-data.md, "Learning at scale").
     verbose : bool, default False
         Print one line per evaluation of the hyperparameter search to stderr (evaluation
         count, failures, approximate log evidence, elapsed time), or one line per epoch of
