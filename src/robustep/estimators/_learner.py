@@ -122,20 +122,20 @@ class StochasticLearner(BaseEstimator):
         ``history_`` entry.  Returning True stops the learner (``optimizer_result_.stopped``
         is then "callback").  Its time counts in ``elapsed`` and ``max_time``.
 
-    Dask input: X may be a ``dask.array`` chunked by rows (tied sites only).  The learner
-    then reads X block by block (:mod:`robustep.ep._minibatches`: an epoch visits the
-    blocks in a random order, computing each once and the next one meanwhile), never the
-    whole array at once; its held-out rows are at most
-    ``robustep.get_config().stochastic_validation_max_rows``, drawn from a random subset
-    of the blocks (at least a share ``validation_fraction`` of them) and computed into
-    memory once.  Batches then mix the rows of one block (two at a block boundary): rows
-    stored in a meaningful order should be shuffled before chunking.
-
     Notes
     -----
     Adam moves freely in the log parameters and Z: the kernel's bounds and the
     regressors' ``likelihood_bounds`` are not enforced, and ``n_restarts_optimizer`` does
     not apply (one run from the starting values).
+
+    Dask input: an estimator's ``fit`` with a ``dask.array`` X chunked by rows (tied sites
+    only) has the learner read X block by block (``robustep.ep._minibatches``: an epoch
+    visits the blocks in a random order, computing each once and the next one
+    meanwhile), never the whole array at once; its held-out rows are at most
+    ``robustep.get_config().stochastic_validation_max_rows``, drawn from a random subset
+    of the blocks (at least a share ``validation_fraction`` of them) and computed into
+    memory once.  Batches then mix the rows of one block (two at a block boundary): rows
+    stored in a meaningful order should be shuffled before chunking.
 
     Measured on an idle 2-core machine, probit classification in 2-d, m = 64 optimised
     inducing inputs, the defaults (``python benchmarks/learning.py --parts estimators
