@@ -38,6 +38,24 @@ Parts (``--parts``; the default runs ``classification regression small-data``):
   ``"stochastic"`` on the 2-d problem of docs/guide/large-data.md (n = 2000 … 10⁵; the
   full-batch search up to 2·10⁴): fit seconds, accuracy and log loss.  Results go to
   ``learning_estimators.json``.
+* ``million``: n = 10⁶ side by side, on the classification problem (the same generator;
+  the training rows as a Dask array of blocks of ``--chunk`` rows, block j from seed
+  (2, j), generated on the workers; the same 20 000 test points).  robustep: the
+  estimator as a user calls it, ``GPClassifier(kernel, inducing_points=Z0,
+  learner=StochasticLearner(callback=...))`` (the default learner; the callback scores
+  each epoch on the test set and stops the learner at the budget) fitting the Dask
+  array on a ``LocalCluster`` of ``--workers`` worker processes with one thread each
+  (0: Dask's threaded scheduler, no cluster), then its final EP fit over the chunks;
+  the peak resident memory of every worker and of the driver.  GPflow's two SVGP
+  variants train on the same rows in memory.  The reference: the same estimator in
+  memory at n = ``--million-ref-n`` (10⁵; training rows from seed 2).  Z0: k-means of
+  the first 20 m rows of the Dask array (a subsample; the rows are exchangeable),
+  shared by every learner; m, minibatch and test set as the classification part, one
+  thread.  Tables: final values (after learning and after the final EP fit), the
+  verdict "within 0.01 of the reference's test log loss", the time to SVGP's best log
+  loss, the learning curves; the figure ``learning_million_curves.png``.  Results go
+  to ``learning_million.json``.  ``--quick`` runs it at n = 4000 (reference 2000) for a
+  few seconds per learner.
 
 robustep's learner is called through one function, :func:`run_robustep`.  The SVGP side
 runs in another Python (``--peer-python PATH``, an environment with GPflow and TensorFlow;
@@ -48,6 +66,8 @@ OUT``, with data and results exchanged through files in a temporary folder; with
 Usage::
 
     python benchmarks/learning.py --quick [--peer-python PATH]   # under a minute
+    # n = 10⁶ on Dask against SVGP in memory (four budgets of 1500 s, the final EP fits)
+    python benchmarks/learning.py --parts million --full --peer-python PATH
     python benchmarks/learning.py --full --peer-python PATH      # the published numbers
     python benchmarks/learning.py --parts alpha --full            # learning_alpha.json
     python benchmarks/learning.py --parts tune --full --peer-python PATH
@@ -78,8 +98,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
-PARTS = ("classification", "regression", "small-data", "alpha", "tune", "estimators")
+PARTS = ("classification", "regression", "small-data", "alpha", "tune", "estimators", "million")
 DEFAULT_PARTS = ("classification", "regression", "small-data")
+#: ``--quick`` without ``--parts`` (``make bench``) also runs the million part's quick form
+QUICK_PARTS = (*DEFAULT_PARTS, "million")
 
 FULL = {
     "n": 100_000, "test": 20_000, "d": 8, "m": 256, "batch": 1000, "threads": 2,
@@ -87,6 +109,8 @@ FULL = {
     "tune_n": 20_000, "tune_test": 5000, "tune_budget": 60.0, "alpha_m": 64,
     "alpha_max_train": 2000,
     "small_epochs": 40, "est_sizes": (2000, 10_000, 20_000, 100_000), "est_full_max": 20_000,
+    "million_n": 1_000_000, "million_ref_n": 100_000, "million_budget": 1500.0,
+    "million_threads": 1, "chunk": 50_000, "workers": 2,
 }  # fmt: skip
 QUICK = {
     "n": 2000, "test": 1000, "d": 8, "m": 32, "batch": 200, "threads": 1,
@@ -94,6 +118,8 @@ QUICK = {
     "tune_n": 2000, "tune_test": 500, "tune_budget": 2.0, "alpha_m": 16,
     "alpha_max_train": 300,
     "small_epochs": 10, "est_sizes": (500, 1000), "est_full_max": 1000,
+    "million_n": 4000, "million_ref_n": 2000, "million_budget": 3.0,
+    "million_threads": 1, "chunk": 1000, "workers": 2,
 }  # fmt: skip
 
 # robustep's learner as benchmarked: the settings the estimators' stochastic learner uses
@@ -922,7 +948,260 @@ def estimators(cfg, args):
     return rows
 
 
-def plot_curves(classification_runs, regression_runs, path):
+# ----------------------------------------------------------------------------- million
+def million_data(n, chunk, d=8):
+    """The classification problem's training rows as a Dask array: X (n, d) and y (n,) in
+    ±1, block j of ``chunk`` rows generated from seed (2, j) where it is computed (the
+    blocks of benchmarks/stochastic_ep.py's Dask run)."""
+    import cloudpickle
+    import dask
+    import dask.array as da
+
+    sparse = _sibling("sparse")
+    # the worker processes cannot import benchmarks/sparse.py by its alias: send it by value
+    cloudpickle.register_pickle_by_value(sparse)
+    xs, ys = [], []
+    for j, start in enumerate(range(0, n, chunk)):
+        rows = min(chunk, n - start)
+        part = dask.delayed(_million_block, pure=True)(sparse._probit_data, rows, d, j)
+        xs.append(da.from_delayed(part[0], shape=(rows, d), dtype=float))
+        ys.append(da.from_delayed(part[1], shape=(rows,), dtype=int))
+    return da.concatenate(xs), da.concatenate(ys)
+
+
+def _million_block(probit, rows, d, j):
+    return probit(rows, d, np.random.default_rng([2, j]))
+
+
+def _peak_rss(client=None):
+    """Peak resident memory in bytes: {"driver": ..., "workers": {address: ...}} (Linux
+    ``getrusage`` maximum RSS, in KiB, of each process so far)."""
+    import resource
+
+    def peak():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    out = {"driver": peak()}
+    if client is not None:
+        out["workers"] = client.run(peak)
+    return out
+
+
+def run_estimator(X, y, Z0, budget, *, evaluate, threads=1, seed=0):
+    """``GPClassifier(inducing_points=Z0)`` with the default stochastic learner on X (in
+    memory or a Dask array), scored on the test set after every epoch (by the learner's
+    ``callback``, timed apart from the training clock) and stopped at ``budget`` seconds
+    of training; then its final EP fit and the fitted estimator's test metrics.
+
+    Returns
+    -------
+    dict
+        As :func:`run_robustep` (``curve``, ``params``, ``stopped``, ``steps``,
+        ``eval_s``), plus ``final`` (the fitted estimator's test metrics), ``fit_s`` (the
+        whole ``fit``, evaluation excluded), ``outside_learning_s`` (its part outside
+        the learner's training clock: the input checks, the held-out split and the final
+        EP fit), ``alpha`` (``inducing_power_``) and ``epochs``.
+    """
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    import robustep
+    from robustep import GPClassifier, StochasticLearner
+
+    curve, clock = [], {"eval": 0.0}
+
+    def checkpoint(state, record):
+        t0 = time.perf_counter()
+        train_s = record["elapsed"] - clock["eval"]
+        curve.append({"epoch": record["epoch"], "train_s": train_s, **evaluate(state.predict)})
+        clock["eval"] += time.perf_counter() - t0
+        curve[-1]["eval_s"] = clock["eval"]
+        return train_s >= budget
+
+    est = GPClassifier(
+        ConstantKernel(1.0) * RBF(1.0), inducing_points=Z0, random_state=seed,
+        learner=StochasticLearner(callback=checkpoint),
+    )  # fmt: skip
+    with robustep.config(blas_threads=threads), _sibling("_harness").blas_threads(threads):
+        t0 = time.perf_counter()
+        est.fit(X, y)
+        fit_s = time.perf_counter() - t0 - clock["eval"]
+
+    def latent(X_new):
+        mean, std = est.predict_latent(X_new, return_std=True)
+        return mean, std**2
+
+    learned = est.history_[-1]["elapsed"] - clock["eval"]
+    return {
+        "curve": curve,
+        "params": {
+            "amplitude": float(est.kernel_.k1.constant_value),
+            "length_scale": float(est.kernel_.k2.length_scale),
+        },
+        "stopped": est.optimizer_result_.stopped,
+        "steps": int(est.history_[-1]["steps"]),
+        "epochs": int(est.n_epochs_),
+        "eval_s": clock["eval"],
+        "final": evaluate(latent),
+        "fit_s": fit_s,
+        "outside_learning_s": fit_s - learned,
+        "alpha": float(est.inducing_power_),
+    }
+
+
+def million(cfg, args):
+    """robustep's estimator on a Dask array of ``million_n`` rows against SVGP in memory,
+    and the same estimator in memory at ``million_ref_n`` rows (module docstring)."""
+    import importlib.util
+
+    from sklearn.cluster import KMeans
+
+    missing = [p for p in ("dask", "distributed") if importlib.util.find_spec(p) is None]
+    if missing and (cfg["workers"] > 0 or "dask" in missing):
+        print(f"\nmillion: not run, {' and '.join(missing)} missing (pip install robustep[dask])")
+        return {}
+    n, ref_n, m, d = cfg["million_n"], cfg["million_ref_n"], cfg["m"], cfg["d"]
+    budget, threads = cfg["million_budget"], cfg["million_threads"]
+    Xt, yt = _sibling("sparse")._probit_data(cfg["test"], d, np.random.default_rng(99))
+
+    def evaluate(latent):
+        return classification_metrics(*latent(Xt), yt)
+
+    where = (
+        f"a LocalCluster of {cfg['workers']} worker processes (1 thread each, memory "
+        f"limit {args.memory_limit})"
+        if cfg["workers"]
+        else "Dask's threaded scheduler"
+    )
+    print(
+        f"\nn = {n} on Dask: the classification problem, blocks of {cfg['chunk']} rows "
+        f"generated on {where}; {cfg['test']} test points, d = {d}, m = {m} (k-means of the "
+        f"first {min(n, 20 * m)} rows, shared), minibatch {cfg['batch']}, {threads} thread(s); "
+        f"{budget:g} s of training per learner; reference: the same estimator in memory at "
+        f"n = {ref_n}"
+    )  # fmt: skip
+    Xd, yd = million_data(n, cfg["chunk"], d)
+    runs, client, cluster = {}, None, None
+    if cfg["workers"] > 0:
+        import distributed
+
+        cluster = distributed.LocalCluster(
+            n_workers=cfg["workers"], threads_per_worker=1, processes=True,
+            memory_limit=args.memory_limit, dashboard_address=None,
+        )  # fmt: skip
+        client = distributed.Client(cluster)
+    try:
+        sub = np.asarray(Xd[: min(n, 20 * m)].compute())
+        Z0 = KMeans(m, n_init=1, random_state=0).fit(sub).cluster_centers_
+        runs["robustep, Dask"] = run_estimator(Xd, yd, Z0, budget, evaluate=evaluate,
+                                               threads=threads)  # fmt: skip
+        runs["robustep, Dask"]["peak_rss"] = _peak_rss(client)
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+    X_ref, y_ref, _, _ = classification_data(ref_n, 1, d)
+    runs[f"robustep, in memory, n = {ref_n}"] = run_estimator(
+        X_ref, y_ref, Z0, budget, evaluate=evaluate, threads=threads
+    )
+    if args.peer_python:
+        import dask
+
+        with dask.config.set(scheduler="threads"):
+            X_mem, y_mem = dask.compute(Xd, yd)
+    for name, variant in SVGP_VARIANTS.items():
+        runs[name] = _peer(args, name) or run_svgp(
+            args.peer_python, X_mem, y_mem, Z0, Xt, yt, likelihood="bernoulli",
+            budget=budget, eval_every=cfg["eval_every"], batch_size=cfg["batch"],
+            threads=threads, **variant,
+        )  # fmt: skip
+    report_million(runs, cfg)
+    return runs
+
+
+def report_million(runs, cfg):
+    """The million part's tables; returns the verdict "within 0.01 of the reference"."""
+    n, ref_n = cfg["million_n"], cfg["million_ref_n"]
+    dask_name, ref_name = "robustep, Dask", f"robustep, in memory, n = {ref_n}"
+    rows = []
+    for name, run in runs.items():
+        if "error" in run:
+            rows.append([name] + ["—"] * 13 + [run["error"]])
+            continue
+        final = run.get("final", {})
+        workers = run.get("peak_rss", {}).get("workers", {})
+        rows.append([
+            name, ref_n if name == ref_name else n, run.get("alpha"),
+            run["curve"][-1]["train_s"], run.get("epochs", run["curve"][-1]["epoch"]),
+            run["steps"], _final(run, "error"), _final(run, "log_loss"),
+            _best(run, "log_loss"), final.get("error"), final.get("log_loss"),
+            run.get("fit_s"), run.get("outside_learning_s"),
+            max(workers.values()) / 2**20 if workers else None, run["stopped"],
+        ])  # fmt: skip
+    _table(
+        "million: final values",
+        ["learner", "n", "α", "trained s", "epochs", "steps", "test error", "test log loss",
+         "best log loss", "error after EP fit", "log loss after EP fit", "fit s",
+         "outside learning s", "peak worker MiB", "stopped"],
+        rows,
+        note="robustep: the learner's last epoch (trained s, test error and log loss), then "
+        "the estimator after its final EP fit on all n ('after EP fit'); 'fit s' is the "
+        "whole fit without the test scoring, 'outside learning s' its part outside the "
+        "learner's clock (input checks, held-out split, the final EP fit).",
+    )  # fmt: skip
+    peaks = runs.get(dask_name, {}).get("peak_rss", {})
+    rows = [[f"worker {who}", v / 2**20] for who, v in peaks.get("workers", {}).items()]
+    if "driver" in peaks:
+        rows.append(["driver", peaks["driver"] / 2**20])
+    _table("million: peak resident memory", ["process", "MiB"], rows)
+    verdict, rows = None, []
+    if dask_name in runs and ref_name in runs:
+        big, ref = runs[dask_name], runs[ref_name]
+        for label, key in (("last epoch", None), ("after the final EP fit", "final")):
+            a = _final(big, "log_loss") if key is None else big[key]["log_loss"]
+            b = _final(ref, "log_loss") if key is None else ref[key]["log_loss"]
+            rows.append([label, b, a, a - b, a - b <= 0.01])
+        verdict = bool(rows[-1][-1])
+    _table(
+        "million: against the in-memory learner",
+        ["test log loss", f"in memory, n = {ref_n}", f"Dask, n = {n}", "difference",
+         "within 0.01"],
+        rows,
+        note=f"Done when robustep on the Dask array at n = {n} ends within 0.01 of the "
+        f"in-memory estimator's test log loss at n = {ref_n} (after the final EP fits): "
+        f"{'met' if verdict else 'NOT met' if verdict is not None else 'not run'}.",
+    )  # fmt: skip
+    peers = {k: r for k, r in runs.items() if k.startswith("SVGP") and "error" not in r}
+    rows = []
+    if peers:
+        best_name = min(peers, key=lambda k: _best(peers[k], "log_loss"))
+        target = _best(peers[best_name], "log_loss")
+        t_peer = time_to_reach(peers[best_name]["curve"], "log_loss", target)
+        for name, run in runs.items():
+            if "error" not in run:
+                t = time_to_reach(run["curve"], "log_loss", target)
+                rows.append([name, target, t, None if t is None else t / t_peer])
+        note = (f"Target: the best test log loss of {best_name} ({target:.4f}, after "
+                f"{t_peer:.1f} s of training).")  # fmt: skip
+    else:
+        note = "No SVGP run: no target."
+    _table(
+        "million: time to SVGP's best log loss",
+        ["learner", "target log loss", "reached after s", "time / SVGP's time"],
+        rows, note=note,
+    )  # fmt: skip
+    rows = [
+        [name, p["epoch"], p["train_s"], p["error"], p["log_loss"]]
+        for name, run in runs.items() if "curve" in run for p in run["curve"]
+    ]  # fmt: skip
+    _table(
+        "million: learning curves",
+        ["learner", "epoch", "trained s", "test error", "test log loss"],
+        rows,
+    )
+    return verdict
+
+
+def plot_curves(classification_runs, regression_runs, path, title="classification"):
     """Test log loss and error (classification) and test MAE (regression) against the
     seconds of training; one line per learner."""
     import matplotlib
@@ -943,7 +1222,7 @@ def plot_curves(classification_runs, regression_runs, path):
                 ax.plot(t, [p[key] for p in run["curve"]], marker=".", label=name)
         ax.set_xlabel("training wall time (s)")
         ax.set_ylabel(label)
-        ax.set_title(part)
+        ax.set_title(title if part == "classification" else part)
         ax.legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -966,8 +1245,17 @@ def main(argv=None):
         parser.add_argument("--" + key.replace("_", "-"), type=int, default=None)
     for key in ("budget", "peer_budget", "reg_budget", "eval_every", "tune_budget"):
         parser.add_argument("--" + key.replace("_", "-"), type=float, default=None)
+    for key in ("million_n", "million_ref_n", "chunk", "workers"):
+        parser.add_argument("--" + key.replace("_", "-"), type=int, default=None)
+    parser.add_argument("--million-budget", type=float, default=None)
+    parser.add_argument("--memory-limit", default="4GiB",
+                        help="million: memory limit of each Dask worker")  # fmt: skip
     parser.add_argument("--figure", default=None, help="where the learning-curve figure goes")
+    parser.add_argument("--figure-million", default=None,
+                        help="where the million part's figure goes")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.quick and "--parts" not in (argv if argv is not None else sys.argv[1:]):
+        args.parts = list(QUICK_PARTS)
     cfg = dict(QUICK if args.quick else FULL)
     cfg["alpha_epochs"] = 5 if args.quick else 100
     for key in list(cfg):
@@ -995,6 +1283,15 @@ def main(argv=None):
         out["tune"] = tune(cfg, args)
     if "estimators" in args.parts:
         out["estimators"] = estimators(cfg, args)
+    if "million" in args.parts:
+        out["million"] = million(cfg, args)
+    if out.get("million"):
+        figure = args.figure_million or RESULTS / (
+            "learning_million_curves.png" if args.full else "local/learning_million_curves.png"
+        )
+        out["million_figure"] = plot_curves(out["million"], None, figure,
+                                            title=f"n = {cfg['million_n']}")  # fmt: skip
+        print(f"\nfigure: {Path(figure).name}")
     return out
 
 
@@ -1009,6 +1306,8 @@ def _suite_name(argv):
             return "learning_tuning"
         if parts == ["estimators"]:
             return "learning_estimators"
+        if parts == ["million"]:
+            return "learning_million"
     return "learning"
 
 

@@ -129,7 +129,14 @@ class Settings:
         (:class:`robustep.StochasticLearner`) from this many training points on, with the
         full-batch evidence search below; None: always the full-batch search.  Measured
         (docs/guide/large-data.md, "Learning at scale"): the full-batch search takes
-        longer than the stochastic learner's default from about 10⁴ points.
+        longer than the stochastic learner's default from about 10⁴ points.  The rule is
+        the same for a Dask X, which the stochastic learner then reads block by block.
+    stochastic_validation_max_rows : int >= 1 or None
+        With a Dask X, the stochastic learner holds out at most this many rows for its
+        held-out score (``validation_fraction`` of n otherwise), drawn from a random subset
+        of the row blocks (at least a share ``validation_fraction`` of them) and computed
+        into memory once, so that the split costs no pass over X; each epoch scores them
+        in O(rows m²).  None: no cap.  In-memory X is not capped.
     auto_inducing_power : float in (0, 1]
         The power α that ``inducing_power="auto"`` of the sparse estimators gives when the
         inducing inputs are optimised (in-memory X, a method with a power-α version): power
@@ -160,6 +167,7 @@ class Settings:
     stall_patience: int = 5
     mean_sweep_fraction: float = 0.3
     stochastic_learner_min_n: int | None = 10_000
+    stochastic_validation_max_rows: int | None = 10_000
     auto_inducing_power: float = 0.5
 
     def __post_init__(self):
@@ -177,6 +185,9 @@ class Settings:
         sl = self.stochastic_learner_min_n
         if sl is not None:
             _check_integer("stochastic_learner_min_n", sl, 1)
+        vm = self.stochastic_validation_max_rows
+        if vm is not None:
+            _check_integer("stochastic_validation_max_rows", vm, 1)
         ap = self.auto_inducing_power
         ok = isinstance(ap, numbers.Real) and not isinstance(ap, bool) and 0 < ap <= 1
         if not ok:

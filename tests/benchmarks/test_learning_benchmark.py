@@ -117,7 +117,9 @@ def test_training_clock_excludes_evaluation(learning):
 def test_quick_form_runs(learning, tmp_path, capsys):
     figure = tmp_path / "curves.png"
     out = learning.main(["--quick", "--budget", "1.5", "--reg-budget", "1.5", "--figure",
-                         str(figure)])  # fmt: skip
+                         str(figure), "--million-budget", "1", "--workers", "0",
+                         "--figure-million", str(tmp_path / "million.png")])  # fmt: skip
+    assert "million" in out  # the quick form without --parts (make bench) runs it too
     text = capsys.readouterr().out
     run = out["classification"]["robustep"]
     assert run["curve"] and run["curve"][-1]["train_s"] >= 1.5
@@ -142,6 +144,51 @@ def test_suite_names(learning):
     assert learning._suite_name(["--parts", "alpha", "--full"]) == "learning_alpha"
     assert learning._suite_name(["--full", "--parts", "tune"]) == "learning_tuning"
     assert learning._suite_name(["--parts", "alpha", "tune"]) == "learning"
+    assert learning._suite_name(["--parts", "million", "--full"]) == "learning_million"
+
+
+def _million_runs(dask_loss, ref_loss):
+    def run(loss, **extra):
+        return {"curve": _curve([(5.0, loss + 0.05), (9.0, loss)]), "steps": 10, "eval_s": 0.1,
+                "stopped": "callback", "params": {}, "final": {"error": 0.2, "log_loss": loss},
+                "epochs": 2, "alpha": 1.0, "fit_s": 12.0, "outside_learning_s": 3.0,
+                **extra}  # fmt: skip
+
+    peak = {"driver": 2**28, "workers": {"a": 2**27, "b": 3 * 2**26}}
+    svgp = {"curve": _curve([(4.0, 0.5), (8.0, 0.4)]), "steps": 9, "eval_s": 0.1,
+            "stopped": "budget", "params": {}}  # fmt: skip
+    return {"robustep, Dask": run(dask_loss, peak_rss=peak),
+            "robustep, in memory, n = 100": run(ref_loss), "SVGP Adam": svgp}  # fmt: skip
+
+
+def test_million_verdict_and_memory(learning, capsys):
+    cfg = {"million_n": 1000, "million_ref_n": 100}
+    assert learning.report_million(_million_runs(0.309, 0.30), cfg) is True
+    out = capsys.readouterr().out
+    assert "| after the final EP fit | 0.3000 | 0.3090 | 0.0090 | yes |" in out
+    assert "| worker b | 192 |" in out and "| driver | 256 |" in out
+    # the largest worker in the final values; SVGP's best (0.4) reached after 8 s, robustep
+    # after 5 s
+    assert "| 0.2000 | 0.3090 | 12 | 3.0000 | 192 | callback |" in out
+    assert "| robustep, Dask | 0.4000 | 5.0000 | 0.6250 |" in out
+    assert learning.report_million(_million_runs(0.311, 0.30), cfg) is False
+    assert ": NOT met." in capsys.readouterr().out
+
+
+def test_million_part_reads_a_dask_array(learning, tmp_path, capsys):
+    pytest.importorskip("dask.array")
+    out = learning.main(["--quick", "--parts", "million", "--workers", "0",
+                         "--million-budget", "0.5", "--figure-million",
+                         str(tmp_path / "million.png")])  # fmt: skip
+    runs = out["million"]
+    big, ref = runs["robustep, Dask"], runs["robustep, in memory, n = 2000"]
+    assert big["alpha"] == 1.0 and ref["alpha"] == 0.5  # FITC-EP on Dask, α = 0.5 in memory
+    for run in (big, ref):
+        assert run["curve"] and 0 < run["final"]["log_loss"] < math.log(2)
+        assert run["fit_s"] > run["outside_learning_s"] > 0
+    assert big["peak_rss"]["driver"] > 0 and "workers" not in big["peak_rss"]
+    assert "### million: against the in-memory learner\n" in capsys.readouterr().out
+    assert (tmp_path / "million.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow

@@ -47,7 +47,7 @@ def test_auto_picks_the_learner_by_training_set_size():
         fitted = clone(sparse).fit(X, y)
         assert fitted.learner_ == "stochastic"
         assert fitted.n_epochs_ == len(fitted.history_) >= 1
-        # the dense model, a fixed kernel, a callable optimizer and Dask keep the full batch
+        # the dense model, a fixed kernel and a callable optimizer keep the full batch
         assert GPClassifier(KERNEL, optimizer=None).fit(X, y).learner_ == "full_batch"
         fixed = clone(sparse).set_params(optimizer=None).fit(X, y)
         assert fixed.learner_ == "full_batch" and fixed.optimizer_result_ is None
@@ -55,11 +55,12 @@ def test_auto_picks_the_learner_by_training_set_size():
             dict(sparse=False, optimizer="fmin_l_bfgs_b"),
             dict(sparse=True, optimizer=None),
             dict(sparse=True, optimizer=min),
-            dict(sparse=True, optimizer="fmin_l_bfgs_b", dask=True),
         ):
             assert _learner.resolve("auto", n=200, **kwargs).name == "full_batch"
-        picked = _learner.resolve("auto", n=200, sparse=True, optimizer="fmin_l_bfgs_b")
-        assert picked.name == "stochastic"
+        for dask in (False, True):  # Dask X is read block by block
+            picked = _learner.resolve("auto", n=200, sparse=True, optimizer="fmin_l_bfgs_b",
+                                      dask=dask)  # fmt: skip
+            assert picked.name == "stochastic"
     with robustep.config(stochastic_learner_min_n=201):
         assert _learner.resolve("auto", n=200, sparse=True, optimizer="fmin_l_bfgs_b").name == (
             "full_batch"
@@ -283,8 +284,9 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="tied sites"):
         per_point = StochasticLearner(tied_sites=False)
         GPClassifier(KERNEL, inducing_points=5, learner=per_point).partial_fit(X, y, [0, 1])
-    with pytest.raises(ValueError, match="Dask"):
-        _learner.resolve("stochastic", n=100, sparse=True, optimizer="fmin_l_bfgs_b", dask=True)
+    with pytest.raises(ValueError, match="Dask X"):
+        _learner.resolve(StochasticLearner(tied_sites=False), n=100, sparse=True,
+                         optimizer="fmin_l_bfgs_b", dask=True)  # fmt: skip
     X3 = np.vstack([X, X[:30] + 5.0])
     y3 = np.concatenate([y, np.full(30, 2)])
     with pytest.raises(ValueError, match="one_vs_rest"):

@@ -36,6 +36,7 @@ from sklearn.utils._param_validation import Interval
 from robustep._config import get_config
 from robustep._warnings import warn
 from robustep.estimators._search import MOVE_TOLERANCE, SearchResult, logger
+from robustep.posterior._dask import is_dask_array
 
 __all__ = [
     "FULL_BATCH",
@@ -46,6 +47,7 @@ __all__ = [
     "LearnerResult",
     "LearningProblem",
     "StochasticLearner",
+    "check_batch_in_memory",
     "continue_stream",
     "has_partial_fit",
     "resolve",
@@ -112,12 +114,28 @@ class StochasticLearner(BaseEstimator):
         towards the minibatch's average site (> 1 follows the parameters faster); per-point
         sites take the share ``damping`` in (0, 1] of their new value.  None: 2.0 for tied
         sites (the benchmarked setting), 0.5 for per-point sites.
+    callback : callable or None, default None
+        Called after every epoch (after its held-out score) as ``callback(state,
+        record)``: ``state`` the learner's current
+        :class:`~robustep.ep.stochastic.StochasticEPResult` (``state.predict(X)`` gives the
+        latent predictive mean and variance of its q(u)), ``record`` the epoch's
+        ``history_`` entry.  Returning True stops the learner (``optimizer_result_.stopped``
+        is then "callback").  Its time counts in ``elapsed`` and ``max_time``.
 
     Notes
     -----
     Adam moves freely in the log parameters and Z: the kernel's bounds and the
     regressors' ``likelihood_bounds`` are not enforced, and ``n_restarts_optimizer`` does
     not apply (one run from the starting values).
+
+    Dask input: an estimator's ``fit`` with a ``dask.array`` X chunked by rows (tied sites
+    only) has the learner read X block by block (``robustep.ep._minibatches``: an epoch
+    visits the blocks in a random order, computing each once and the next one
+    meanwhile), never the whole array at once; its held-out rows are at most
+    ``robustep.get_config().stochastic_validation_max_rows``, drawn from a random subset
+    of the blocks (at least a share ``validation_fraction`` of them) and computed into
+    memory once.  Batches then mix the rows of one block (two at a block boundary): rows
+    stored in a meaningful order should be shuffled before chunking.
 
     Measured on an idle 2-core machine, probit classification in 2-d, m = 64 optimised
     inducing inputs, the defaults (``python benchmarks/learning.py --parts estimators
@@ -139,6 +157,7 @@ class StochasticLearner(BaseEstimator):
         "max_time": [Interval(numbers.Real, 0.0, None, closed="neither"), None],
         "power": [Interval(numbers.Real, 0.0, 1.0, closed="right"), None],
         "damping": [Interval(numbers.Real, 0.0, None, closed="neither"), None],
+        "callback": [callable, None],
     }
 
     def __init__(
@@ -155,6 +174,7 @@ class StochasticLearner(BaseEstimator):
         max_time=None,
         power=None,
         damping=None,
+        callback=None,
     ):
         self.batch_size = batch_size
         self.max_epochs = max_epochs
@@ -167,6 +187,7 @@ class StochasticLearner(BaseEstimator):
         self.max_time = max_time
         self.power = power
         self.damping = damping
+        self.callback = callback
 
     name = STOCHASTIC
 
@@ -203,7 +224,8 @@ def resolve(learner, *, n, sparse, optimizer, dask=False):
     ``optimizer``; dask : X is a dask.array.  "auto" gives the stochastic learner when the
     model is sparse, the optimizer is the built-in one ("fmin_l_bfgs_b": a callable
     optimizer asks for the full-batch search) and n >= ``stochastic_learner_min_n`` of
-    :func:`robustep.get_config`; the full-batch search otherwise.
+    :func:`robustep.get_config`, for in-memory and Dask X alike; the full-batch search
+    otherwise.  With a Dask X the stochastic learner needs tied sites.
     """
     if isinstance(learner, StochasticLearner):
         chosen = learner.check()
@@ -213,7 +235,7 @@ def resolve(learner, *, n, sparse, optimizer, dask=False):
         return FullBatchLearner()
     elif learner == "auto":
         min_n = get_config().stochastic_learner_min_n
-        auto = sparse and not dask and optimizer == "fmin_l_bfgs_b"
+        auto = sparse and optimizer == "fmin_l_bfgs_b"
         if auto and min_n is not None and n >= min_n:
             return StochasticLearner()
         return FullBatchLearner()
@@ -229,10 +251,7 @@ def resolve(learner, *, n, sparse, optimizer, dask=False):
             "dense model"
         )
     if dask:
-        raise ValueError(
-            "the stochastic learner takes in-memory X; compute the Dask array into memory, "
-            "or pass learner='full_batch'"
-        )
+        _check_dask_sites(chosen)
     if optimizer is None:
         raise ValueError(
             "the stochastic learner learns the kernel hyperparameters and inducing inputs, "
@@ -240,6 +259,26 @@ def resolve(learner, *, n, sparse, optimizer, dask=False):
             "with optimizer=None, or optimizer='fmin_l_bfgs_b' to learn them"
         )
     return chosen
+
+
+def _check_dask_sites(learner):
+    """A Dask X is read block by block: tied sites only (a ValueError says so)."""
+    if not learner.tied_sites:
+        raise ValueError(
+            "per-point sites (StochasticLearner(tied_sites=False)) keep one site per row and "
+            "need every row in memory each epoch; with a Dask X use tied_sites=True (the "
+            "default), or compute X into memory"
+        )
+
+
+def check_batch_in_memory(X):
+    """``partial_fit``'s batch must be in memory: a ValueError for a Dask array."""
+    if is_dask_array(X):
+        raise ValueError(
+            "partial_fit takes in-memory batches: compute each Dask batch (e.g. "
+            "X.blocks[i].compute()) before passing it, or pass the whole Dask array to fit, "
+            "whose stochastic learner reads it block by block"
+        )
 
 
 # ----------------------------------------------------------------------- the problem
@@ -301,8 +340,9 @@ class LearnerResult(SearchResult):
     the chosen epoch's mean energy estimate, ``n_evaluations`` the minibatch steps) and
 
     stopped : why it stopped: "converged" (the energy estimate stalled), "early_stopping"
-        (the held-out score stalled), "max_epochs", "max_time" or "interrupted"
-        (KeyboardInterrupt: the last finished epoch is kept).
+        (the held-out score stalled), "max_epochs", "max_time", "callback" (the
+        learner's callback returned True) or "interrupted" (KeyboardInterrupt: the last
+        finished epoch is kept).
     n_epochs : epochs run; best_epoch : the epoch whose state was kept; n_train : the
         points the learner trained on (its energy estimates sum over them).
     """
@@ -366,6 +406,55 @@ def _split(n, fraction, rng):
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+def _dask_split(X, y, fraction, rng):
+    """(X_train, y_train, X_val, y_val) of a Dask X (n, d) chunked by rows and in-memory
+    y (n,), without a pass over X.
+
+    The held-out rows: ``min(round(fraction n), stochastic_validation_max_rows)`` (at least
+    one, at most n − 1) drawn uniformly from the rows of a random subset of the row
+    blocks: the fewest blocks, in a random order, that hold that many rows, and at least
+    ``ceil(fraction · blocks)`` of them.  Only those blocks are computed, once, and only
+    the held-out rows are kept (X_val (k, d) and y_val (k,) in memory).  X_train is X
+    without those rows, still a Dask array with one chunk per block (never computed
+    here); y_train (n − k,) in memory.  fraction 0: no held-out rows (X_val None).
+    """
+    import dask
+    import dask.array as da
+
+    y = np.asarray(y)
+    n = int(X.shape[0])
+    if fraction <= 0 or n < 2:
+        return X, y, None, None
+    n_val = int(round(fraction * n))
+    cap = get_config().stochastic_validation_max_rows
+    if cap is not None:
+        n_val = min(n_val, int(cap))
+    n_val = min(max(n_val, 1), n - 1)
+    rows = np.array([int(c) for c in X.chunks[0]])
+    offsets = np.concatenate([[0], np.cumsum(rows)])
+    order = rng.permutation(rows.size)
+    k = int(np.searchsorted(np.cumsum(rows[order]), n_val)) + 1
+    k = min(max(k, int(np.ceil(fraction * rows.size))), rows.size)
+    chosen = np.sort(order[:k])
+    candidates = np.concatenate([np.arange(offsets[j], offsets[j + 1]) for j in chosen])
+    val = np.sort(rng.choice(candidates, n_val, replace=False))
+    held, train_parts = [], []
+    for j in range(rows.size):
+        block = X.blocks[j]
+        if j not in chosen:
+            train_parts.append(block)
+            continue
+        local = val[(val >= offsets[j]) & (val < offsets[j + 1])] - offsets[j]
+        keep = np.setdiff1d(np.arange(rows[j]), local)
+        held.append(block[local])
+        if keep.size:
+            train_parts.append(block[keep])
+    X_val = np.concatenate(dask.compute(*held), axis=0).astype(float, copy=False)
+    mask = np.ones(n, dtype=bool)
+    mask[val] = False
+    return da.concatenate(train_parts, axis=0), y[mask], X_val, y[val]
+
+
 def _coordinates(kernel, likelihood, Z, free, learn_inducing):
     """[log θ, free log likelihood parameters, vec(Z) when learned]."""
     lp = [np.log(float(getattr(likelihood, name))) for name in free]
@@ -420,6 +509,9 @@ class _Monitor:
             self.best_score = monitored
             self.best = self.last
         self._progress(entry, score)
+        if learner.callback is not None and learner.callback(result, dict(entry)):
+            self.stopped = "callback"
+            return True
         if learner.early_stopping and self.since_best >= learner.n_iter_no_change:
             self.stopped = "early_stopping" if score is not None else "converged"
             return True
@@ -478,12 +570,18 @@ def _learn_stochastic(learner, problem):
     fraction = float(learner.validation_fraction)
     if fraction > 0 and n < 2:
         fraction = 0.0
-    train, val = _split(n, fraction, np.random.default_rng(split_seed))
-    X_train, y_train = problem.X[train], problem.y[train]
-    X_val = problem.X[val] if val.size else None
-    y_val = problem.y[val] if val.size else None
+    split_rng = np.random.default_rng(split_seed)
+    if is_dask_array(problem.X):
+        _check_dask_sites(learner)
+        X_train, y_train, X_val, y_val = _dask_split(problem.X, problem.y, fraction, split_rng)
+    else:
+        train, val = _split(n, fraction, split_rng)
+        X_train, y_train = problem.X[train], problem.y[train]
+        X_val = problem.X[val] if val.size else None
+        y_val = problem.y[val] if val.size else None
+    n_train = int(X_train.shape[0])
     started = time.perf_counter()
-    monitor = _Monitor(learner, problem, X_val, y_val, train.size, started)
+    monitor = _Monitor(learner, problem, X_val, y_val, n_train, started)
     alpha = problem.alpha if learner.power is None else float(learner.power)
     options = dict(
         power=alpha, batch_size=int(learner.batch_size), n_epochs=int(learner.max_epochs),
@@ -529,7 +627,7 @@ def _learn_stochastic(learner, problem):
         stopped=stopped,
         n_epochs=n_epochs,
         best_epoch=int(epoch),
-        n_train=int(train.size),
+        n_train=n_train,
     )
     return Learned(
         kernel=result.kernel, likelihood=result.likelihood, Z=np.array(result.inducing_inputs),

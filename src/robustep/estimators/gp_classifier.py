@@ -210,15 +210,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         :class:`~robustep.StochasticLearner` (its parameters: batch size, epochs, held-out
         split and early stopping, ``max_time``): stochastic power EP with Adam steps on
         minibatch gradients of the power-EP energy, an epoch costing about one EP sweep
-        (docs/derivations/stochastic_ep.md); needs ``inducing_points``, the optimizer
-        and in-memory X; ``n_restarts_optimizer`` does not apply.  The posterior is then
+        (docs/derivations/stochastic_ep.md); needs ``inducing_points`` and the
+        optimizer; ``n_restarts_optimizer`` does not apply.  The posterior is then
         one EP fit at the learned values on all the training points.  "auto": the
         stochastic learner with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at
         least ``robustep.get_config().stochastic_learner_min_n`` training points
-        (10000), the full-batch search otherwise.  A default fit at n = 1e4 (1e5), 2-d,
-        m = 64, on an idle 2-core machine: 2.5 s (36 s) with the stochastic learner, 55 s
-        (not run) with the full-batch search (``python benchmarks/learning.py --parts
-        estimators --full``; docs/guide/large-data.md, "Learning at scale").
+        (10000), the full-batch search otherwise.  A ``dask.array`` X is read block by
+        block (tied sites; at most ``stochastic_validation_max_rows`` held-out rows,
+        computed once), and the final EP fit runs over its chunks (FITC-EP: α = 1).  A
+        default fit at n = 1e4 (1e5), 2-d, m = 64, on an idle 2-core machine: 2.5 s
+        (36 s) with the stochastic learner, 55 s (not run) with the full-batch search
+        (``python benchmarks/learning.py --parts estimators --full``;
+        docs/guide/large-data.md, "Learning at scale").
     verbose : bool, default False
         Print one line per evaluation of the hyperparameter search to stderr (evaluation
         count, failures, approximate log evidence, elapsed time), or one line per epoch of
@@ -475,6 +478,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if first:
             self._validate_params()
             _binary_sparse.check_stream(self, classes)
+        _learner.check_batch_in_memory(X)
         X, y = _validate(self, X, y, reset=first)
         stream = _binary_sparse.partial_fit(self, self._stream if not first else None,
                                             np.asarray(X, dtype=float), y, classes)  # fmt: skip

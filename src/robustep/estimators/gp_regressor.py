@@ -155,7 +155,8 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         "stochastic" or a :class:`~robustep.StochasticLearner`, stochastic power EP with
         Adam on minibatch gradients of the power-EP energy (an epoch costs about one EP
         sweep; the likelihood's bounds and ``n_restarts_optimizer`` do not apply), needing
-        ``inducing_points``, the optimizer and in-memory X; "auto": the stochastic learner
+        ``inducing_points`` and the optimizer (a ``dask.array`` X is read block by block,
+        tied sites); "auto": the stochastic learner
         with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at least
         ``robustep.get_config().stochastic_learner_min_n`` (10000) training points.  The
         posterior is one EP fit at the learned values either way.  See
@@ -422,6 +423,7 @@ class GPRegressor(RegressorMixin, BaseEstimator):
         if first:
             self._validate_params()
             _sparse.check_stream(self)
+        _learner.check_batch_in_memory(X)
         X, y = _validate(self, X, y, reset=first)
         y = np.asarray(y, dtype=float)
         if first:
