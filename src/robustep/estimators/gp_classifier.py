@@ -394,10 +394,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if self.inducing_power not in ("auto", 1) and self.multi_class != "one_vs_rest":
                 raise ValueError("inducing_power < 1 is binary only; with more than two "
                                  "classes pass multi_class='one_vs_rest'")  # fmt: skip
-            if self.multi_class != "one_vs_rest" and self.learner not in ("auto", "full_batch"):
-                raise ValueError("the stochastic learner is binary only; with more than two "
-                                 "classes pass multi_class='one_vs_rest' (one binary sparse "
-                                 "fit per class) or learner='full_batch'")  # fmt: skip
             if _sparse.is_dask_input(X) and self.multi_class != "one_vs_rest":
                 raise ValueError("Dask inputs with more than two classes need "
                                  "multi_class='one_vs_rest' (binary sparse fits); compute X "
