@@ -274,6 +274,7 @@ class StochasticMulticlassEPResult:
     n_steps: int
     stopped: str
     _sites: _ClassSites = dataclasses.field(repr=False, default=None)
+    _adam: _Adam = dataclasses.field(repr=False, default=None)
 
     def predict(self, X_new):
         """FITC predictive of the c latent values at X_new (k, d): (mean (k, c), var (k, c)),
@@ -370,6 +371,7 @@ def fit_stochastic_multiclass_ep(
     random_state=None,
     callback: Callable | None = None,
     max_time=None,
+    state: StochasticMulticlassEPResult | None = None,
 ) -> StochasticMulticlassEPResult:
     """Stochastic power EP for c latent GPs with pairwise probit factors, learning θ and Z.
 
@@ -394,6 +396,10 @@ def fit_stochastic_multiclass_ep(
         the minibatch's average, F_j the minibatch's factors that touch class j (C6).
     learn_kernel, learn_inducing : which parameters take gradient steps (both False: EP at
         fixed hyperparameters).
+    state : a previous :class:`StochasticMulticlassEPResult` on the same y (its class
+        counts) and number of inducing inputs to continue from: its sites, Adam moments
+        and step count.  Pass its ``kernel`` and ``inducing_inputs`` as the starting
+        values.
 
     Returns
     -------
@@ -426,7 +432,21 @@ def fit_stochastic_multiclass_ep(
     x = np.concatenate([kernel.theta, Z.ravel()])
     mask = np.concatenate([np.full(p, float(bool(learn_kernel))),
                            np.full(Z.size, float(bool(learn_inducing)))])  # fmt: skip
-    adam = _Adam(be, x.shape[0])
+    adam, t_start = _Adam(be, x.shape[0]), 0
+    if state is not None:
+        if (
+            state._sites is None
+            or state._sites.Lam.shape != sites.Lam.shape
+            or not np.array_equal(state._sites.N, sites.N)
+        ):
+            raise ValueError(
+                "state must be a StochasticMulticlassEPResult of the same classes, class "
+                "counts and number of inducing inputs as this run"
+            )
+        sites = state._sites.copy()
+        if state._adam is not None and state._adam.size == x.shape[0]:
+            adam = state._adam.copy(be)
+        t_start = int(state.n_steps)
 
     def unpack(x):
         return kernel.clone_with_theta(x[:p]), x[p:].reshape(m, -1)
@@ -439,10 +459,11 @@ def fit_stochastic_multiclass_ep(
             kernel=k, inducing_inputs=Zc.copy(), n_classes=c, power=alpha, jitter=jitter,
             mean=np.stack([g.mean for g in gauss]), cov=np.stack([g.S for g in gauss]),
             history=list(history), n_steps=t, stopped=stopped, _sites=sites.copy(),
+            _adam=adam.copy(be),
         )  # fmt: skip
 
     t0 = time.perf_counter()
-    history, t, stopped = [], 0, "n_epochs"
+    history, t, stopped = [], t_start, "n_epochs"
     for epoch in range(int(n_epochs)):
         frame = _Frame(be, *unpack(x), jitter)
         energies, skipped = [], 0
