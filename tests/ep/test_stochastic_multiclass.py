@@ -5,7 +5,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from scipy.optimize import root
 from scipy.stats import norm
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
@@ -87,7 +86,7 @@ def test_independent_predictive_matches_monte_carlo():
 def _sites_at_fixed_hyperparameters(kernel, X, y, Z, alpha, epochs=40):
     return fit_stochastic_multiclass_ep(kernel, X, y, 3, Z, power=alpha, batch_size=len(y),
                                         n_epochs=epochs, damping=0.5, jitter=JITTER,
-                                        **FIXED)  # fmt: skip
+                                        random_state=0, **FIXED)  # fmt: skip
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
@@ -162,41 +161,34 @@ def test_two_classes_with_a_prior_class_reduce_to_the_binary_energy():
 
 
 # --------------------------------------------------------- learning vs the full batch
-def test_learning_reaches_the_full_batch_fixed_point():
-    # the deterministic full-batch counterpart of the learner: at each θ the sites at their
-    # full-batch fixed point, θ where the fixed-site gradient of the energy vanishes
+def test_learning_reaches_the_full_batch_end_point():
+    # the deterministic full-batch counterpart of the learner: every point in every step,
+    # two site sweeps per step, and Adam until θ stops where the fixed-site gradient of the
+    # energy vanishes at the sites' fixed point (docs/derivations/stochastic_multiclass.md
+    # §5; a root finder on converged fixed points gives the same θ to 3e-4)
     X, y, Z = _three_classes(300, 10)
     kernel = ConstantKernel(0.2) * RBF(3.0)
-
-    def fixed_point(theta, state=None, epochs=60):
-        k = kernel.clone_with_theta(theta)
-        if state is not None:
-            state = dataclasses.replace(state, kernel=k)
-        return fit_stochastic_multiclass_ep(k, X, y, 3, Z, batch_size=300, n_epochs=epochs,
-                                            damping=0.85, jitter=JITTER, state=state,
-                                            **FIXED)  # fmt: skip
-
-    last = [fixed_point(kernel.theta, epochs=100)]
-
-    def gradient(theta):
-        last[0] = fixed_point(theta, last[0])
-        return stochastic_multiclass_energy(last[0], X, y)[1]
-
-    sol = root(gradient, kernel.theta, method="hybr", options={"xtol": 1e-5})
-    assert np.max(np.abs(sol.fun)) < 0.5
-    ref = fixed_point(sol.x, epochs=250)
-    e_ref = stochastic_multiclass_energy(ref, X, y, want_grad=False)[0]
+    common = dict(learn_inducing=False, jitter=JITTER, random_state=0)
+    ref = fit_stochastic_multiclass_ep(kernel, X, y, 3, Z, batch_size=300, n_epochs=200,
+                                       learning_rate=0.1, damping=0.85, site_steps=2,
+                                       **common)  # fmt: skip
+    e_ref, g_ref, _ = stochastic_multiclass_energy(ref, X, y)
+    g_start = stochastic_multiclass_energy(_sites_at_fixed_hyperparameters(kernel, X, y, Z, 1.0),
+                                           X, y)[1]  # fmt: skip
+    assert np.max(np.abs(g_ref)) < 1e-3 * np.max(np.abs(g_start))
     fit = fit_stochastic_multiclass_ep(kernel, X, y, 3, Z, batch_size=100, n_epochs=100,
-                                       learning_rate=0.05, damping=0.2, learn_inducing=False,
-                                       jitter=JITTER, random_state=0)  # fmt: skip
-    at_fit = fixed_point(fit.kernel.theta, epochs=250)
-    e_fit = stochastic_multiclass_energy(at_fit, X, y, want_grad=False)[0]
+                                       learning_rate=0.05, damping=0.2, **common)  # fmt: skip
+    # the energy at the learner's θ with the sites at their full-batch fixed point
+    settled = fit_stochastic_multiclass_ep(fit.kernel, X, y, 3, Z, batch_size=300,
+                                           n_epochs=100, damping=0.85, state=fit,
+                                           **FIXED)  # fmt: skip
+    e_fit = stochastic_multiclass_energy(settled, X, y, want_grad=False)[0]
     assert abs(e_fit - e_ref) < 0.01 * abs(e_ref)
     Xs = np.random.default_rng(9).uniform(-3, 3, size=(300, 2))
     p_ref, p = ref.predict_proba(Xs), fit.predict_proba(Xs)
     assert np.max(np.abs(p - p_ref)) < 0.02
-    # the learning moved: the starting kernel is worse and predicts otherwise
-    at_start = fixed_point(kernel.theta, epochs=250)
+    # the learning moved: the start is worse and predicts otherwise
+    at_start = _sites_at_fixed_hyperparameters(kernel, X, y, Z, 1.0, epochs=100)
     assert stochastic_multiclass_energy(at_start, X, y, want_grad=False)[0] < e_ref - 5
     assert np.max(np.abs(at_start.predict_proba(Xs) - p_ref)) > 0.1
 
