@@ -59,17 +59,24 @@ LEARNER_NAMES = ("auto", FULL_BATCH, STOCHASTIC)
 class StochasticLearner(BaseEstimator):
     """Stochastic power EP as the learner of a sparse GP estimator.
 
-    Pass it as ``learner=`` to :class:`~robustep.GPClassifier` (two classes) or
-    :class:`~robustep.GPRegressor` / :class:`~robustep.StudentTGPRegressor` together with
-    ``inducing_points``.  Each epoch is a random pass over the training split in
-    minibatches: each minibatch updates its sites by damped power EP and takes one Adam
-    step along the minibatch gradient of the power-EP energy in the kernel's log
-    hyperparameters, the likelihood's free log parameters and (``optimize_inducing``) the
-    inducing inputs (docs/derivations/stochastic_ep.md).  A step costs O(b m² + m³) for
-    a batch of b points, an epoch O(n m²), and memory is O(m²) with tied sites, whatever
-    n.  After learning, the estimator runs one EP fit on all n points at the learned
-    values (its posterior, ``log_marginal_likelihood_value_`` and leave-one-out
-    diagnostics), as after the full-batch search.
+    Pass it as ``learner=`` to :class:`~robustep.GPClassifier` (two classes, one-vs-rest,
+    or the sparse multinomial model) or :class:`~robustep.GPRegressor` /
+    :class:`~robustep.StudentTGPRegressor` together with ``inducing_points``.  With more
+    than two classes and ``multi_class="multinomial"`` the learner runs
+    :func:`robustep.ep.stochastic_multiclass.fit_stochastic_multiclass_ep` (pairwise probit
+    factors, one tied site per class; ``tied_sites=True`` only; its power defaults to the
+    model's α = 1; docs/derivations/stochastic_multiclass.md) and the held-out score is
+    the multinomial probit's log loss of its q.
+
+    Each epoch is a random pass over the training split in minibatches: each minibatch
+    updates its sites by damped power EP and takes one Adam step along the minibatch
+    gradient of the power-EP energy in the kernel's log hyperparameters, the likelihood's
+    free log parameters and (``optimize_inducing``) the inducing inputs
+    (docs/derivations/stochastic_ep.md).  A step costs O(b m² + m³) for a batch of b
+    points, an epoch O(n m²), and memory is O(m²) with tied sites, whatever n.  After
+    learning, the estimator runs one EP fit on all n points at the learned values (its
+    posterior, ``log_marginal_likelihood_value_`` and leave-one-out diagnostics), as after
+    the full-batch search.
 
     Parameters
     ----------

@@ -11,7 +11,11 @@ Inducing inputs as for the binary sparse model (:mod:`robustep.estimators._spars
 int m gives k-means centres of X, an (m, d) array gives them directly; with an optimizer
 and ``optimize_inducing=True`` they are optimised jointly with the kernel's log
 hyperparameters by L-BFGS-B with the analytic evidence gradient (eqs. M21, M22), with the K_mm
-jitter fixed for the whole fit.  The nested-EP damping schedule is the dense core's
+jitter fixed for the whole fit, or by the stochastic learner
+(:mod:`robustep.estimators._learner`, ``learner="stochastic"`` or "auto" from
+``stochastic_learner_min_n`` points: stochastic EP on pairwise probit factors,
+:mod:`robustep.ep.stochastic_multiclass`), nested EP then running at the learned values.
+The nested-EP damping schedule is the dense core's
 (:class:`robustep.estimators._multinomial.MultinomialCore`).
 """
 

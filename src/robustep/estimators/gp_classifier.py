@@ -205,14 +205,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
         What learns the kernel hyperparameters and the inducing inputs of the sparse model
-        (two classes, or one-vs-rest's binary fits).  "full_batch": the evidence search
+        (two classes, one-vs-rest's binary fits, or the sparse multinomial model).
+        "full_batch": the evidence search
         above (each evaluation a full O(n m^2) EP run).  "stochastic" or a
         :class:`~robustep.StochasticLearner` (its parameters: batch size, epochs, held-out
         split and early stopping, ``max_time``): stochastic power EP with Adam steps on
         minibatch gradients of the power-EP energy, an epoch costing about one EP sweep
         (docs/derivations/stochastic_ep.md); needs ``inducing_points``, the optimizer
         and in-memory X; ``n_restarts_optimizer`` does not apply.  The posterior is then
-        one EP fit at the learned values on all the training points.  "auto": the
+        one EP fit at the learned values on all the training points.  The multinomial
+        model's learner (tied sites only) learns under pairwise probit factors
+        Φ((f_y − f_k)/√2), one site per class (docs/derivations/stochastic_multiclass.md),
+        and its final fit is nested EP for the multinomial probit.  "auto": the
         stochastic learner with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at
         least ``robustep.get_config().stochastic_learner_min_n`` training points
         (10000), the full-batch search otherwise.  A default fit at n = 1e4 (1e5), 2-d,
