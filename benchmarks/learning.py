@@ -56,6 +56,13 @@ Parts (``--parts``; the default runs ``classification regression small-data``):
   loss, the learning curves; the figure ``learning_million_curves.png``.  Results go
   to ``learning_million.json``.  ``--quick`` runs it at n = 4000 (reference 2000) for a
   few seconds per learner.
+* ``multiclass``: the sparse multinomial model, ``GPClassifier(inducing_points=m,
+  multi_class="multinomial")`` with each learner (the stochastic one learns under pairwise
+  probit factors, docs/derivations/stochastic_multiclass.md; nested EP at the end either
+  way) on a 3-class 2-d problem (n = 2·10⁴, m = 32; the learner's defaults) and on digits
+  (10 classes, 1000 training points, m = 32; the learner with ``batch_size=100``, since
+  the default 1000 is the whole set): fit seconds, test accuracy and log loss.  Results
+  go to ``learning_multiclass.json``.
 
 robustep's learner is called through one function, :func:`run_robustep`.  The SVGP side
 runs in another Python (``--peer-python PATH``, an environment with GPflow and TensorFlow;
@@ -72,6 +79,7 @@ Usage::
     python benchmarks/learning.py --parts alpha --full            # learning_alpha.json
     python benchmarks/learning.py --parts tune --full --peer-python PATH
     python benchmarks/learning.py --parts estimators --full       # learning_estimators.json
+    python benchmarks/learning.py --parts multiclass --full       # learning_multiclass.json
 
 ``--full``: n = 10⁵ training and 20 000 test points, m = 256, minibatch 1000, 2 threads,
 600 s for each classification learner, 300 s for each regression learner, checkpoints every
@@ -98,7 +106,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
-PARTS = ("classification", "regression", "small-data", "alpha", "tune", "estimators", "million")
+PARTS = ("classification", "regression", "small-data", "alpha", "tune", "estimators",
+         "million", "multiclass")  # fmt: skip
 DEFAULT_PARTS = ("classification", "regression", "small-data")
 #: ``--quick`` without ``--parts`` (``make bench``) also runs the million part's quick form
 QUICK_PARTS = (*DEFAULT_PARTS, "million")
@@ -111,6 +120,7 @@ FULL = {
     "small_epochs": 40, "est_sizes": (2000, 10_000, 20_000, 100_000), "est_full_max": 20_000,
     "million_n": 1_000_000, "million_ref_n": 100_000, "million_budget": 1500.0,
     "million_threads": 1, "chunk": 50_000, "workers": 2,
+    "mc_n": 20_000, "mc_m": 32, "digits_n": 1000, "digits_m": 32, "digits_batch": 100,
 }  # fmt: skip
 QUICK = {
     "n": 2000, "test": 1000, "d": 8, "m": 32, "batch": 200, "threads": 1,
@@ -120,6 +130,7 @@ QUICK = {
     "small_epochs": 10, "est_sizes": (500, 1000), "est_full_max": 1000,
     "million_n": 4000, "million_ref_n": 2000, "million_budget": 3.0,
     "million_threads": 1, "chunk": 1000, "workers": 2,
+    "mc_n": 600, "mc_m": 16, "digits_n": 300, "digits_m": 8, "digits_batch": 50,
 }  # fmt: skip
 
 # robustep's learner as benchmarked: the settings the estimators' stochastic learner uses
@@ -905,7 +916,7 @@ def tune(cfg, args):
     return rows
 
 
-# ------------------------------------------------------------------------------ figure
+# -------------------------------------------------------------------------- estimators
 def estimator_data(n, n_test, seed=0):
     """The 2-d probit problem of the large-data guide: labels of
     sin(2 x0) cos(x1) + 0.3 ε > 0, x uniform in [-3, 3]²; (X, y, X_test, y_test)."""
@@ -1201,6 +1212,64 @@ def report_million(runs, cfg):
     return verdict
 
 
+# -------------------------------------------------------------------------- multiclass
+def multiclass_data(n, n_test, seed=0):
+    """A 3-class 2-d problem: the label is the argmax of three smooth functions of x plus
+    0.5 ε, x uniform in [-3, 3]²; (X, y, X_test, y_test)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n + n_test, 2))
+    x0, x1 = X[:, 0], X[:, 1]
+    f = np.stack([np.sin(x0), np.cos(x1), np.sin(x0 + x1)], axis=1)
+    y = np.argmax(2.0 * f + 0.5 * rng.standard_normal(f.shape), axis=1)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def multiclass(cfg, args):
+    """The sparse multinomial ``GPClassifier`` with each learner (defaults otherwise) on a
+    3-class problem and on digits: whole-fit seconds, the learning part's seconds (the
+    stochastic learner's last epoch), epochs, test accuracy and log loss."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import log_loss
+
+    from robustep import GPClassifier, StochasticLearner
+
+    Xtr, Xte, ytr, yte = _sibling("multiclass").digits_split(cfg["digits_n"])
+    problems = [
+        ("digits, 10 classes", Xtr, ytr, Xte, yte, cfg["digits_m"],
+         StochasticLearner(batch_size=cfg["digits_batch"])),
+        ("3 classes, 2-d", *multiclass_data(cfg["mc_n"], 5000), cfg["mc_m"], "stochastic"),
+    ]  # fmt: skip
+    rows = []
+    for name, X, y, X_test, y_test, m, stochastic in problems:
+        for learner in (stochastic, "full_batch"):
+            clf = GPClassifier(inducing_points=m, multi_class="multinomial", learner=learner,
+                               random_state=0)  # fmt: skip
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                clf.fit(X, y)
+            seconds = time.perf_counter() - start
+            learning = clf.history_[-1]["elapsed"] if clf.history_ else "—"
+            p = clf.predict_proba(X_test)
+            label = (
+                learner if isinstance(learner, str) else f"stochastic, batch {learner.batch_size}"
+            )
+            rows.append([name, len(y), m, label, seconds, learning, clf.n_epochs_ or "—",
+                         clf.score(X_test, y_test), log_loss(y_test, p, labels=clf.classes_),
+                         str(clf.kernel_)])  # fmt: skip
+            print(f"  multiclass {name} {learner}: {rows[-1][4:]}", file=sys.stderr, flush=True)
+    _table(
+        "multiclass: sparse multinomial GPClassifier by learner",
+        ["problem", "n", "m", "learner", "fit s", "of which learning s", "epochs",
+         "test accuracy", "test log loss", "kernel"],
+        rows,
+    )  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------------------ figure
 def plot_curves(classification_runs, regression_runs, path, title="classification"):
     """Test log loss and error (classification) and test MAE (regression) against the
     seconds of training; one line per learner."""
@@ -1292,11 +1361,14 @@ def main(argv=None):
         out["million_figure"] = plot_curves(out["million"], None, figure,
                                             title=f"n = {cfg['million_n']}")  # fmt: skip
         print(f"\nfigure: {Path(figure).name}")
+    if "multiclass" in args.parts:
+        out["multiclass"] = multiclass(cfg, args)
     return out
 
 
 def _suite_name(argv):
-    """learning, or learning_alpha / learning_tuning for a run of only that part."""
+    """learning, or learning_alpha / learning_tuning / learning_estimators /
+    learning_million / learning_multiclass for a run of only that part."""
     if "--parts" in argv:
         parts = argv[argv.index("--parts") + 1 :]
         parts = parts[: next((i for i, a in enumerate(parts) if a.startswith("--")), None)]
@@ -1308,6 +1380,8 @@ def _suite_name(argv):
             return "learning_estimators"
         if parts == ["million"]:
             return "learning_million"
+        if parts == ["multiclass"]:
+            return "learning_multiclass"
     return "learning"
 
 

@@ -13,6 +13,10 @@ from robustep.ep.multiclass_sparse import (
 from robustep.ep.pseudo_point import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.state import EPResult
 from robustep.ep.stochastic import StochasticEPResult, fit_stochastic_ep
+from robustep.ep.stochastic_multiclass import (
+    StochasticMulticlassEPResult,
+    fit_stochastic_multiclass_ep,
+)
 from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
 from robustep.ep.updates import moment_matching_update
 
@@ -38,4 +42,6 @@ __all__ = [
     "pseudo_point_power_ep",
     "StochasticEPResult",
     "fit_stochastic_ep",
+    "StochasticMulticlassEPResult",
+    "fit_stochastic_multiclass_ep",
 ]

@@ -61,17 +61,24 @@ LEARNER_NAMES = ("auto", FULL_BATCH, STOCHASTIC)
 class StochasticLearner(BaseEstimator):
     """Stochastic power EP as the learner of a sparse GP estimator.
 
-    Pass it as ``learner=`` to :class:`~robustep.GPClassifier` (two classes) or
-    :class:`~robustep.GPRegressor` / :class:`~robustep.StudentTGPRegressor` together with
-    ``inducing_points``.  Each epoch is a random pass over the training split in
-    minibatches: each minibatch updates its sites by damped power EP and takes one Adam
-    step along the minibatch gradient of the power-EP energy in the kernel's log
-    hyperparameters, the likelihood's free log parameters and (``optimize_inducing``) the
-    inducing inputs (docs/derivations/stochastic_ep.md).  A step costs O(b m² + m³) for
-    a batch of b points, an epoch O(n m²), and memory is O(m²) with tied sites, whatever
-    n.  After learning, the estimator runs one EP fit on all n points at the learned
-    values (its posterior, ``log_marginal_likelihood_value_`` and leave-one-out
-    diagnostics), as after the full-batch search.
+    Pass it as ``learner=`` to :class:`~robustep.GPClassifier` (two classes, one-vs-rest,
+    or the sparse multinomial model) or :class:`~robustep.GPRegressor` /
+    :class:`~robustep.StudentTGPRegressor` together with ``inducing_points``.  With more
+    than two classes and ``multi_class="multinomial"`` the learner runs
+    :func:`robustep.ep.stochastic_multiclass.fit_stochastic_multiclass_ep` (pairwise probit
+    factors, one tied site per class; ``tied_sites=True`` only; its power defaults to the
+    model's α = 1; docs/derivations/stochastic_multiclass.md) and the held-out score is
+    the multinomial probit's log loss of its q.
+
+    Each epoch is a random pass over the training split in minibatches: each minibatch
+    updates its sites by damped power EP and takes one Adam step along the minibatch
+    gradient of the power-EP energy in the kernel's log hyperparameters, the likelihood's
+    free log parameters and (``optimize_inducing``) the inducing inputs
+    (docs/derivations/stochastic_ep.md).  A step costs O(b m² + m³) for a batch of b
+    points, an epoch O(n m²), and memory is O(m²) with tied sites, whatever n.  After
+    learning, the estimator runs one EP fit on all n points at the learned values (its
+    posterior, ``log_marginal_likelihood_value_`` and leave-one-out diagnostics), as after
+    the full-batch search.
 
     Parameters
     ----------
@@ -294,7 +301,10 @@ class LearningProblem:
     likelihood's free parameters; random_state : the estimator's; search : the
     full-batch search, ``() -> Learned``; classifier : whether the held-out score is
     reported as a log loss; score_offset : added to the held-out log density (the
-    regressor's ``-log y_std``, for target units).
+    regressor's ``-log y_std``, for target units); n_classes : None for a scalar
+    likelihood, or c > 2 for the multi-class model (y then holds labels 0 .. c-1,
+    likelihood is None, and the stochastic learner runs
+    :func:`robustep.ep.stochastic_multiclass.fit_stochastic_multiclass_ep`).
     """
 
     kernel: Any
@@ -311,6 +321,7 @@ class LearningProblem:
     search: Callable[[], Learned] | None = None
     classifier: bool = True
     score_offset: float = 0.0
+    n_classes: int | None = None
 
 
 @dataclasses.dataclass
@@ -480,6 +491,9 @@ class _Monitor:
         """Mean held-out log predictive density (target units), or None."""
         if self.X_val is None or self.X_val.shape[0] == 0:
             return None
+        if self.problem.n_classes is not None:
+            p = result.predict_proba(self.X_val)[np.arange(self.y_val.size), self.y_val]
+            return float(np.mean(np.log(np.maximum(p, np.finfo(float).tiny))))
         mean, var = result.predict(self.X_val)
         lp = result.likelihood.predictive_log_density(self.y_val, mean, var)
         return float(np.mean(lp)) + self.problem.score_offset
@@ -564,6 +578,14 @@ def _site_damping(learner):
 
 def _learn_stochastic(learner, problem):
     from robustep.ep.stochastic import fit_stochastic_ep
+    from robustep.ep.stochastic_multiclass import fit_stochastic_multiclass_ep
+
+    if problem.n_classes is not None and not learner.tied_sites:
+        raise ValueError(
+            "the multinomial model's stochastic learner has tied sites only (one average "
+            "site per class, O(c m²) memory): pass StochasticLearner(tied_sites=True), or "
+            "multi_class='one_vs_rest' for per-point sites"
+        )
 
     n = problem.X.shape[0]
     split_seed, run_seed = _seeds(problem.random_state)
@@ -586,16 +608,21 @@ def _learn_stochastic(learner, problem):
     options = dict(
         power=alpha, batch_size=int(learner.batch_size), n_epochs=int(learner.max_epochs),
         learning_rate=float(learner.learning_rate), damping=_site_damping(learner),
-        tied_sites=bool(learner.tied_sites), learn_kernel=problem.learn_kernel,
-        learn_likelihood=tuple(problem.learn_likelihood),
-        learn_inducing=problem.learn_inducing, jitter=problem.jitter,
-        random_state=np.random.default_rng(run_seed), callback=monitor,
-        max_time=learner.max_time,
+        learn_kernel=problem.learn_kernel, learn_inducing=problem.learn_inducing,
+        jitter=problem.jitter, random_state=np.random.default_rng(run_seed),
+        callback=monitor, max_time=learner.max_time,
     )  # fmt: skip
     try:
-        run = fit_stochastic_ep(
-            problem.kernel, X_train, y_train, problem.likelihood, problem.Z, **options
-        )
+        if problem.n_classes is not None:
+            run = fit_stochastic_multiclass_ep(
+                problem.kernel, X_train, y_train, problem.n_classes, problem.Z, **options
+            )
+        else:
+            run = fit_stochastic_ep(
+                problem.kernel, X_train, y_train, problem.likelihood, problem.Z,
+                tied_sites=bool(learner.tied_sites),
+                learn_likelihood=tuple(problem.learn_likelihood), **options,
+            )  # fmt: skip
     except KeyboardInterrupt:
         if monitor.last is None:
             raise
@@ -612,7 +639,9 @@ def _learn_stochastic(learner, problem):
     result, epoch = monitor.kept()
     free, learn_Z = problem.learn_likelihood, problem.learn_inducing
     x0 = _coordinates(problem.kernel, problem.likelihood, problem.Z, free, learn_Z)
-    x = _coordinates(result.kernel, result.likelihood, result.inducing_inputs, free, learn_Z)
+    # the multi-class run has no likelihood parameters (free is empty)
+    likelihood = getattr(result, "likelihood", problem.likelihood)
+    x = _coordinates(result.kernel, likelihood, result.inducing_inputs, free, learn_Z)
     n_epochs = len(monitor.history)
     search = LearnerResult(
         x=x,
@@ -630,7 +659,7 @@ def _learn_stochastic(learner, problem):
         n_train=n_train,
     )
     return Learned(
-        kernel=result.kernel, likelihood=result.likelihood, Z=np.array(result.inducing_inputs),
+        kernel=result.kernel, likelihood=likelihood, Z=np.array(result.inducing_inputs),
         search=search, learner=STOCHASTIC, history=list(monitor.history), n_epochs=n_epochs,
         state=result,
     )  # fmt: skip

@@ -26,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from robustep import diagnostics
 from robustep._warnings import warn
+from robustep.estimators import _learner
 from robustep.estimators._multinomial import MultinomialCore, multinomial_supported
 
 __all__ = ["MultinomialFit", "OneVsRestFit", "fit_multiclass", "n_distinct_classes"]
@@ -192,6 +193,10 @@ class MultinomialFit(_MulticlassFit):
         names = ("max_iter", "tol", "optimizer", "n_restarts_optimizer", "random_state")
         options = {name: getattr(params, name) for name in names}
         options["damping"] = damping
+        learner = _learner.resolve(
+            params.learner, n=X.shape[0], sparse=params.inducing_points is not None,
+            optimizer=params.optimizer,
+        )  # fmt: skip
         if params.inducing_points is not None:  # FITC per class: _multiclass_sparse.py
             from robustep.estimators._multiclass_sparse import SparseMultinomialCore
 
@@ -203,7 +208,10 @@ class MultinomialFit(_MulticlassFit):
             core = MultinomialCore(kernel, label_noise=float(params.label_noise),
                                    per_class_kernel=per_class, **options)  # fmt: skip
         with blas_thread_limit(X.shape[0]):
-            core.fit(X, y_index, n_classes)
+            if params.inducing_points is not None:
+                core.fit(X, y_index, n_classes, learner)
+            else:
+                core.fit(X, y_index, n_classes)
         res = core.result
         attributes = {
             "inducing_points_": getattr(core, "Z", None),
@@ -215,6 +223,7 @@ class MultinomialFit(_MulticlassFit):
             "site_shift_": np.array(res.site_shift),
             "method_used_": "damped",
             "optimizer_result_": core.search_result,
+            **_learner.fitted_attributes(getattr(core, "learned", None)),
         }
         likelihood = _core_likelihood(core, n_classes)
         attributes.update(diagnostics.multiclass_loo_attributes(res, likelihood, y_index))

@@ -11,7 +11,11 @@ Inducing inputs as for the binary sparse model (:mod:`robustep.estimators._spars
 int m gives k-means centres of X, an (m, d) array gives them directly; with an optimizer
 and ``optimize_inducing=True`` they are optimised jointly with the kernel's log
 hyperparameters by L-BFGS-B with the analytic evidence gradient (eqs. M21, M22), with the K_mm
-jitter fixed for the whole fit.  The nested-EP damping schedule is the dense core's
+jitter fixed for the whole fit, or by the stochastic learner
+(:mod:`robustep.estimators._learner`, ``learner="stochastic"`` or "auto" from
+``stochastic_learner_min_n`` points: stochastic EP on pairwise probit factors,
+:mod:`robustep.ep.stochastic_multiclass`), nested EP then running at the learned values.
+The nested-EP damping schedule is the dense core's
 (:class:`robustep.estimators._multinomial.MultinomialCore`).
 """
 
@@ -22,7 +26,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from robustep.estimators import _multinomial, _sparse
+from robustep.estimators import _learner, _multinomial, _sparse
 
 __all__ = ["SparseMultinomialCore"]
 
@@ -70,8 +74,16 @@ class SparseMultinomialCore(_multinomial.MultinomialCore):
 
         return _multinomial.run_with_damping(run, self.damping, self.max_iter, init)
 
-    def fit(self, X, y, n_classes):
-        """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self."""
+    def fit(self, X, y, n_classes, learner=None):
+        """X (n, d) float, y (n,) int in 0 .. n_classes-1.  Returns self.
+
+        learner : what learns the kernel and Z when there is an optimizer
+        (:func:`robustep.estimators._learner.resolve`; None: the full-batch evidence
+        search).  The stochastic learner learns them under the energy of pairwise probit
+        factors (:mod:`robustep.ep.stochastic_multiclass`); nested EP then runs on all n
+        at the learned values either way.  After the fit, ``learned`` is the learner's
+        :class:`~robustep.estimators._learner.Learned` (None without a search).
+        """
         self.X = np.asarray(X, dtype=float)
         self.y = np.asarray(y, dtype=int)
         self.n_classes = int(n_classes)
@@ -96,9 +108,7 @@ class SparseMultinomialCore(_multinomial.MultinomialCore):
             gk, gZ = res.log_Z_gradient(kernel, self.X, Z, wrt_inducing=wrt_Z)
             return gk, np.zeros(0), gZ
 
-        init = None
-        self.search_result = None
-        if self.optimizer is not None and (self.kernel.n_dims > 0 or opt_Z):
+        def search():
             space = _sparse.SearchSpace(infer, gradient, self.kernel, Z, 0, opt_Z)
             x0 = np.concatenate([self.kernel.theta, Z.ravel() if opt_Z else []])
             kbounds = [tuple(b) for b in np.asarray(self.kernel.bounds, float).reshape(-1, 2)]
@@ -106,11 +116,23 @@ class SparseMultinomialCore(_multinomial.MultinomialCore):
             starts = _sparse.restart_points(
                 x0, bounds, self.n_restarts_optimizer, self.random_state, n_coordinates=len(kbounds)
             )
-            search = _sparse.optimise(space, x0, bounds, starts, optimizer=self.optimizer)
-            self.search_result = search
-            self.kernel, _, Z = space.unpack(search.x)
-            best = search.state
-            init = None if best is None else (best.alpha, best.beta)
+            result = _sparse.optimise(space, x0, bounds, starts, optimizer=self.optimizer)
+            kernel, _, Z_found = space.unpack(result.x)
+            best = result.state
+            warm = None if best is None else (best.alpha, best.beta)
+            return _learner.Learned(kernel, None, Z_found, result, warm)
+
+        init = None
+        self.search_result = self.learned = None
+        if self.optimizer is not None and (self.kernel.n_dims > 0 or opt_Z):
+            problem = _learner.LearningProblem(
+                self.kernel, self.X, self.y, None, Z, 1.0, self.jitter, learn_kernel=True,
+                learn_inducing=opt_Z, learn_likelihood=(), random_state=self.random_state,
+                search=search, n_classes=self.n_classes,
+            )  # fmt: skip
+            self.learned = (learner or _learner.FullBatchLearner()).learn(problem)
+            self.search_result = self.learned.search
+            self.kernel, Z, init = self.learned.kernel, self.learned.Z, self.learned.warm
         self.Z = np.array(Z, dtype=float)
         self.result = self._infer(self.kernel, self.Z, init)
         return self

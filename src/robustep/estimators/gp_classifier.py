@@ -205,14 +205,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     learner : {"auto", "full_batch", "stochastic"} or StochasticLearner, default "auto"
         What learns the kernel hyperparameters and the inducing inputs of the sparse model
-        (two classes, or one-vs-rest's binary fits).  "full_batch": the evidence search
+        (two classes, one-vs-rest's binary fits, or the sparse multinomial model).
+        "full_batch": the evidence search
         above (each evaluation a full O(n m^2) EP run).  "stochastic" or a
         :class:`~robustep.StochasticLearner` (its parameters: batch size, epochs, held-out
         split and early stopping, ``max_time``): stochastic power EP with Adam steps on
         minibatch gradients of the power-EP energy, an epoch costing about one EP sweep
         (docs/derivations/stochastic_ep.md); needs ``inducing_points`` and the
         optimizer; ``n_restarts_optimizer`` does not apply.  The posterior is then
-        one EP fit at the learned values on all the training points.  "auto": the
+        one EP fit at the learned values on all the training points.  The multinomial
+        model's learner (tied sites only, in-memory X) learns under pairwise probit
+        factors Φ((f_y − f_k)/√2), one site per class
+        (docs/derivations/stochastic_multiclass.md), and its final fit is nested EP for
+        the multinomial probit.  "auto": the
         stochastic learner with ``inducing_points``, ``optimizer="fmin_l_bfgs_b"`` and at
         least ``robustep.get_config().stochastic_learner_min_n`` training points
         (10000), the full-batch search otherwise.  A ``dask.array`` X is read block by
@@ -397,10 +402,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if self.inducing_power not in ("auto", 1) and self.multi_class != "one_vs_rest":
                 raise ValueError("inducing_power < 1 is binary only; with more than two "
                                  "classes pass multi_class='one_vs_rest'")  # fmt: skip
-            if self.multi_class != "one_vs_rest" and self.learner not in ("auto", "full_batch"):
-                raise ValueError("the stochastic learner is binary only; with more than two "
-                                 "classes pass multi_class='one_vs_rest' (one binary sparse "
-                                 "fit per class) or learner='full_batch'")  # fmt: skip
             if _sparse.is_dask_input(X) and self.multi_class != "one_vs_rest":
                 raise ValueError("Dask inputs with more than two classes need "
                                  "multi_class='one_vs_rest' (binary sparse fits); compute X "
