@@ -203,3 +203,22 @@ def test_svgp_worker_runs(learning):
     assert run["curve"][-1]["train_s"] >= 1.0 and run["steps"] > 5
     assert all(0 <= p["error"] <= 1 and p["log_loss"] < 1 for p in run["curve"])
     assert run["params"]["amplitude"] > 0 and run["compile_s"] > 0
+
+
+def test_multiclass_part_rows(learning, monkeypatch):
+    """The multiclass part fits both learners on both problems and reports finite
+    numbers: accuracy in [0, 1], a positive log loss, epochs only for the learner."""
+    monkeypatch.setattr(learning, "multiclass_data", _small_multiclass(learning.multiclass_data))
+    cfg = dict(learning.QUICK, digits_n=120, digits_m=4, digits_batch=40, mc_n=150, mc_m=4)
+    rows = learning.multiclass(cfg, None)
+    assert [r[3] for r in rows] == ["stochastic, batch 40", "full_batch", "stochastic",
+                                    "full_batch"]  # fmt: skip
+    for row in rows:
+        accuracy, loss = row[7], row[8]
+        assert 0.0 <= accuracy <= 1.0 and math.isfinite(loss) and loss > 0
+    assert rows[0][6] != "—" and rows[1][6] == "—"
+
+
+def _small_multiclass(generate):
+    """The 3-class generator with a 300-point test set (the part asks for 5000)."""
+    return lambda n, n_test, seed=0: generate(n, min(n_test, 300), seed)
