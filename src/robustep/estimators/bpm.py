@@ -73,13 +73,21 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
 
     Sites are rank-one (statistics <w, x_i> and <w, x_i>^2; see
     :func:`robustep.tep.ep.linear_tep`).  EP with the noisy step may fail to converge
-    on noisy data, for finite and infinite df alike (docs/derivations/tep.md §7); then a
-    ConvergenceWarning is raised and the last iterate is used.
+    on noisy data, for finite and infinite df alike (docs/derivations/tep.md §7); then the
+    fixed-point equations are solved by Newton's method (up to
+    ``robustep.config(tep_fixed_point_max_sites=...)`` points), and if that finds no proper
+    fixed point a ConvergenceWarning is raised and the fit keeps the last iterate whose
+    cavities are all proper and whose evidence is finite (zero sites, the prior, at worst),
+    so ``log_marginal_likelihood_value_`` is finite whenever label_noise > 0
+    (docs/reliability.md, "t-exponential EP: valid fixed points").
 
     Attributes
     ----------
     classes_ (2,), coef_ (1, n_features), intercept_ (1,), posterior_mean_ (k,),
     posterior_scale_ (k, k) (Student-t scale matrix), converged_, n_iter_,
+    fixed_point_solved_ (the damped sweeps did not converge and the fixed point was found
+    by Newton's method on the fixed-point equations,
+    :func:`robustep.tep.fixed_point.solve_fixed_point`),
     log_marginal_likelihood_value_ (EP evidence, Theorem 2; for ADF the sum of the
     sequential log normalisers), n_features_in_.
     """
