@@ -180,11 +180,12 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
     def _solve_fixed_point(self, Z, y_pm, df, eps, state):
         """A proper t-EP fixed point by Newton's method, or None (docs/reliability.md).
 
-        Starts, in order: the last iterate, zero sites, and the sites after each of the
-        first 10 sweeps from zero at damping ``self.damping``, 0.8 and 0.9 (the fixed point
+        Starts, in order: the last iterate, zero sites, and the sites after 1, 2, 3, 5 and 8
+        sweeps from zero at damping ``self.damping``, 0.8 and 0.9 (the fixed point
         lies in a small basin of Newton's method on some data sets); the first start from
-        which Newton's method reaches a root with every cavity proper wins.  Only for at most
-        ``robustep.config(tep_fixed_point_max_sites=...)`` points.
+        which Newton's method reaches a root with every cavity proper wins.  Then the
+        dogleg trust-region method from the first sweep's sites (at most 100 evaluations).
+        Only for at most ``robustep.config(tep_fixed_point_max_sites=...)`` points.
         """
         n, k = Z.shape
         if n > get_config().tep_fixed_point_max_sites:
@@ -201,17 +202,27 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
             yield rank_one_sites(state, Z)
             yield np.zeros(n), np.zeros(n)
             for damping in dict.fromkeys((float(self.damping), 0.8, 0.9)):
-                early = None
-                for _ in range(10):
+                early, done = None, 0
+                for sweeps in (1, 2, 3, 5, 8):
                     early, _ = linear_tep(
-                        Z, y_pm, df=df, eps=eps, max_iter=1, damping=damping, state=early
-                    )
+                        Z, y_pm, df=df, eps=eps, max_iter=sweeps - done, damping=damping,
+                        state=early,
+                    )  # fmt: skip
+                    done = sweeps
                     yield rank_one_sites(early, Z)
 
         for tau0, nu0 in starts():
             found = solve_fixed_point(posterior, y_pm, df, eps, k, tau0, nu0, tol=self.tol)
             if found is not None:
                 return rank_one_state(lam0, h0, Z, found[0], found[1], df)
+        # the trust-region method from the first sweep's sites: slower, reaches further
+        early, _ = linear_tep(Z, y_pm, df=df, eps=eps, max_iter=1, damping=float(self.damping))
+        found = solve_fixed_point(
+            posterior, y_pm, df, eps, k, *rank_one_sites(early, Z), tol=self.tol,
+            max_newton=100, method="dogbox",
+        )  # fmt: skip
+        if found is not None:
+            return rank_one_state(lam0, h0, Z, found[0], found[1], df)
         return None
 
     def _posterior_and_evidence(self, state, info, Z, y_pm, eps):

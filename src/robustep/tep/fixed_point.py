@@ -25,6 +25,7 @@ so it is used up to ``robustep.config(tep_fixed_point_max_sites=...)`` sites.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from robustep.tep.process import _site_update, _site_update_partials
 
@@ -87,12 +88,17 @@ def site_map_jacobian(post, tau, nu, y, df, eps, k):
     return np.block([[tt, tn], [nt, nn]])
 
 
-def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=100):
-    """Find a proper t-EP fixed point from the start ``(tau0, nu0)`` by Newton's method.
+def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=50, method="newton"):
+    """Find a proper t-EP fixed point from the start ``(tau0, nu0)``.
 
-    Newton steps on ``G(s) = F(s) - s`` with the analytic Jacobian, each shortened by
-    halving until the posterior and every cavity stay proper and ``|G|`` decreases
-    (Armijo condition on ``|G|^2``).
+    ``method="newton"``: Newton steps on ``G(s) = F(s) - s`` with the analytic Jacobian,
+    each shortened by halving until the posterior and every cavity stay proper and ``|G|``
+    decreases (Armijo condition on ``|G|^2``).  ``method="dogbox"``: the dogleg trust-region
+    least-squares method on ``|G|^2`` (:func:`scipy.optimize.least_squares`, at most
+    ``max_newton`` evaluations), whose steps may cross regions where ``|G|`` grows; a site
+    with an improper cavity has residual ``1e6``.  Newton's method is cheap and finds the
+    fixed point near a start; the trust-region method finds fixed points Newton's method
+    stalls before (e.g. "1% flipped labels" of the stress grid).
 
     Parameters
     ----------
@@ -125,6 +131,8 @@ def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=10
         return (r, post) if np.all(np.isfinite(r)) else (None, None)
 
     s = np.concatenate([tau0, nu0]).astype(float)
+    if method == "dogbox":
+        return _dogbox(residual, posterior, s, y, df, eps, k, tol, max_newton)
     r, post = residual(s)
     if r is None:
         return None
@@ -154,3 +162,34 @@ def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=10
             return None  # no step decreases |G|: a local minimum of |G| that is not a root
         s, r, post = s_try, r_try, post_try
     return None
+
+
+def _dogbox(residual, posterior, s, y, df, eps, k, tol, max_evaluations):
+    """``solve_fixed_point(method="dogbox")``."""
+    n = s.size // 2
+    bad = 1e6  # residual of a site with an improper cavity: the trust region shrinks there
+
+    def fun(x):
+        r, _ = residual(x)
+        return np.full(2 * n, bad) if r is None else r
+
+    def jac(x):
+        post = posterior(x[:n], x[n:])
+        if post is None:
+            return -np.eye(2 * n)
+        with np.errstate(all="ignore"):
+            j = site_map_jacobian(post, x[:n], x[n:], y, df, eps, k)
+        j[np.diag_indices(2 * n)] -= 1.0
+        return np.nan_to_num(j)
+
+    if not np.all(np.isfinite(s)):
+        return None
+    with np.errstate(all="ignore"):
+        sol = least_squares(
+            fun, s, jac=jac, method="dogbox", max_nfev=max_evaluations,
+            xtol=1e-15, ftol=1e-15, gtol=1e-15,
+        )  # fmt: skip
+    r, post = residual(sol.x)
+    if r is None or np.abs(r).max() >= tol:
+        return None
+    return sol.x[:n].copy(), sol.x[n:].copy(), post, int(sol.nfev)
