@@ -129,6 +129,7 @@ def test_a_sweep_with_skipped_updates_is_not_convergence():
         "fixed ell=0.001 var=1",
         "fixed ell=1000 var=1",
         "constant feature",
+        "1% flipped labels",
     ],
 )
 def test_stress_cells_with_a_valid_fixed_point_converge(name):
@@ -177,3 +178,21 @@ def test_evidence_against_numerical_integration(df):
     assert np.isfinite(exact) and np.isfinite(est.log_marginal_likelihood_value_)
     tolerance = 0.5 if np.isinf(df) else 2.0
     assert abs(est.log_marginal_likelihood_value_ - exact) < tolerance
+
+
+@pytest.mark.slow
+def test_no_fixed_point_cell_is_a_fold_of_the_branch_from_gaussian_ep():
+    """'20% flipped labels': the proper fixed point of Gaussian EP, followed in df, ends at a
+    fold df* ~ 11.6 > 10 (the smallest singular value of I - dF/ds goes to 0 there), so this
+    branch does not reach the estimator's df = 10 (docs/reliability.md)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "tep_fixed_points.py"
+    spec = importlib.util.spec_from_file_location("_tep_fixed_points", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    X, y = _stress_cell("20% flipped labels")
+    Z = np.column_stack([X, np.ones(len(y))])
+    gauss, end, smallest, reached = module.continuation(Z, y.astype(float))
+    assert gauss and not reached
+    assert 10.5 < end < 13.0
+    assert smallest < 1e-3

@@ -131,8 +131,17 @@ def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=50
         return (r, post) if np.all(np.isfinite(r)) else (None, None)
 
     s = np.concatenate([tau0, nu0]).astype(float)
-    if method == "dogbox":
-        return _dogbox(residual, posterior, s, y, df, eps, k, tol, max_newton)
+    if not np.all(np.isfinite(s)):
+        return None
+    with np.errstate(all="ignore"):  # trial points may overflow; they are rejected
+        if method == "dogbox":
+            return _dogbox(residual, posterior, s, y, df, eps, k, tol, max_newton)
+        return _newton(residual, posterior, s, y, df, eps, k, tol, max_newton)
+
+
+def _newton(residual, posterior, s, y, df, eps, k, tol, max_newton):
+    """``solve_fixed_point(method="newton")``."""
+    n = s.size // 2
     r, post = residual(s)
     if r is None:
         return None
@@ -141,8 +150,7 @@ def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=50
             return s[:n].copy(), s[n:].copy(), post, step_count
         if step_count == max_newton:
             return None
-        with np.errstate(all="ignore"):
-            jac = site_map_jacobian(post, s[:n], s[n:], y, df, eps, k)
+        jac = site_map_jacobian(post, s[:n], s[n:], y, df, eps, k)
         jac[np.diag_indices(2 * n)] -= 1.0
         try:
             direction = np.linalg.solve(jac, -r)
@@ -150,18 +158,24 @@ def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=50
             direction = np.linalg.lstsq(jac, -r, rcond=None)[0]
         if not np.all(np.isfinite(direction)):
             return None
-        norm2 = r @ r
+        norm2 = _sum_squares(r)
         length = 1.0
         while length > 1e-6:
             s_try = s + length * direction
             r_try, post_try = residual(s_try)
-            if r_try is not None and r_try @ r_try <= (1.0 - 1e-4 * length) * norm2:
+            if r_try is not None and _sum_squares(r_try) <= (1.0 - 1e-4 * length) * norm2:
                 break
             length *= 0.5
         else:
             return None  # no step decreases |G|: a local minimum of |G| that is not a root
         s, r, post = s_try, r_try, post_try
     return None
+
+
+def _sum_squares(r):
+    """|r|^2, inf instead of an overflow warning."""
+    with np.errstate(over="ignore"):
+        return float(np.sum(r * r))
 
 
 def _dogbox(residual, posterior, s, y, df, eps, k, tol, max_evaluations):

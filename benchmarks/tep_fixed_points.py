@@ -1,0 +1,214 @@
+"""Which stress cells of BayesPointMachine(method="ep") have a valid t-EP fixed point.
+
+For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, label_noise =
+0.1, the estimator's defaults; cells with the same data are run once) it prints:
+
+* sweeps: whether damped sequential t-EP (damping 0.5, 300 sweeps) converges;
+* fit: ``converged_`` of ``BayesPointMachine(max_iter=300)``, which solves the fixed-point
+  equations by Newton's method and the dogleg trust-region method when the sweeps do not
+  converge (``fixed_point_solved_``), and its ``log_marginal_likelihood_value_``;
+* Gaussian EP: whether EP with df = inf has a proper fixed point at label_noise = 0.1,
+  followed by Newton's method from the damped-sweep fixed point at label_noise = 0.3 down
+  to 0.1 (continuation in the label noise);
+* branch to df = 10: that fixed point followed by Newton's method from df = 1e5 down to
+  df = 10 at label_noise = 0.1 (continuation in df, shorter steps near trouble).  Either
+  it reaches df = 10, or it ends at a fold df* > 10: the smallest singular value of
+  ``I - dF/ds`` (F the site map) goes to 0 as df -> df*, so the branch of fixed points
+  turns back there and does not exist at df = 10;
+* exact log evidence: ``log E[prod_i l_i(w)]`` under the prior, a Monte Carlo average over
+  2e5 directions (the noisy step depends only on the direction of w, and both the
+  Gaussian and the Student-t prior are spherical, so the direction is uniform);
+* valid: "yes" when a proper t-EP fixed point at df = 10 was found (by the fit or the
+  continuation), "none found" otherwise, "not examined" above
+  ``robustep.config(tep_fixed_point_max_sites=...)`` points.
+
+Usage::
+
+    python benchmarks/tep_fixed_points.py            # all cells (a few minutes)
+    python benchmarks/tep_fixed_points.py --names "20% flipped labels"
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from robustep import BayesPointMachine, get_config
+from robustep.tep.ep import linear_tep, rank_one_sites
+from robustep.tep.fixed_point import LinearRankOnePosterior, site_map_jacobian, solve_fixed_point
+
+DF, EPS = 10.0, 0.1
+
+
+def _stress():
+    path = Path(__file__).resolve().parent / "stress.py"
+    spec = importlib.util.spec_from_file_location("_stress_grid_tep_cells", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def bpm_cells():
+    """[(names, X, y)] of the BayesPointMachine "ep" stress cells, same data merged."""
+    out = []
+    for cell in _stress().cells():
+        if cell.estimator != "BayesPointMachine" or cell.method != "ep":
+            continue
+        for entry in out:
+            if (
+                entry[1].shape == cell.X.shape
+                and np.array_equal(entry[1], cell.X)
+                and (np.array_equal(entry[2], cell.y))
+            ):
+                entry[0].append(cell.name)
+                break
+        else:
+            out.append(([cell.name], cell.X, cell.y))
+    return out
+
+
+def exact_log_evidence(Z, y, eps, directions=200_000, seed=0, chunk=20_000):
+    """log E_u[prod_i l_i(u)] over directions u uniform on the sphere (Monte Carlo)."""
+    rng = np.random.default_rng(seed)
+    V = Z * y[:, None]
+    logs = []
+    for start in range(0, directions, chunk):
+        u = rng.standard_normal((Z.shape[1], min(chunk, directions - start)))
+        log_l = np.where(V @ u > 0, np.log1p(-eps), np.log(eps)).sum(0)
+        logs.append(log_l)
+    log_l = np.concatenate(logs)
+    top = log_l.max()
+    return float(top + np.log(np.mean(np.exp(log_l - top))))
+
+
+def _posterior(Z):
+    k = Z.shape[1]
+
+    def make(tau, nu):
+        try:
+            return LinearRankOnePosterior(Z, np.eye(k), tau, nu)
+        except np.linalg.LinAlgError:
+            return None
+
+    return make
+
+
+def _smallest_singular_value(post, tau, nu, y, df, k):
+    jac = site_map_jacobian(post, tau, nu, y, df, EPS, k)
+    jac[np.diag_indices(jac.shape[0])] -= 1.0
+    return float(np.linalg.svd(jac, compute_uv=False)[-1])
+
+
+def continuation(Z, y):
+    """(Gaussian EP fixed point found, end of the df branch: 10.0 or the fold df*, the
+    smallest singular value of I - dF/ds at the last point, found at df = 10)."""
+    n, k = Z.shape
+    make = _posterior(Z)
+    with np.errstate(all="ignore"):
+        state, info = linear_tep(Z, y, df=np.inf, eps=0.3, max_iter=1000, damping=0.5)
+    if not info.converged:
+        return False, None, None, False
+    s = rank_one_sites(state, Z)
+    for eps in (0.25, 0.2, 0.17, 0.15, 0.13, 0.12, 0.11, 0.1):
+        found = solve_fixed_point(make, y, np.inf, eps, k, *s, tol=1e-9)
+        if found is None:
+            return False, None, None, False
+        s = found[:2]
+    df, step, sv = np.inf, None, None
+    for target in np.geomspace(1e5, 30.0, 20):
+        found = solve_fixed_point(make, y, target, EPS, k, *s, tol=1e-9)
+        if found is None:
+            return True, target, sv, False
+        s, df = found[:2], target
+    step = 2.0
+    while df > DF and step > 1e-5:
+        target = max(df - step, DF)
+        found = solve_fixed_point(make, y, target, EPS, k, *s, tol=1e-10)
+        if found is None:
+            step /= 2.0
+            continue
+        s, df = found[:2], target
+        sv = _smallest_singular_value(found[2], s[0], s[1], y, df, k)
+    return True, df, sv, df <= DF
+
+
+def run(names=None):
+    rows = []
+    limit = get_config().tep_fixed_point_max_sites
+    for cell_names, X, y in bpm_cells():
+        if names and not set(names) & set(cell_names):
+            continue
+        t0 = time.perf_counter()
+        Z = np.column_stack([X, np.ones(len(y))])
+        yf = y.astype(float)
+        with np.errstate(all="ignore"):
+            _, info = linear_tep(Z, yf, df=DF, eps=EPS, max_iter=300, damping=0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = BayesPointMachine(max_iter=300).fit(X, y)
+        row = {
+            "cell": " / ".join(cell_names),
+            "n": len(y),
+            "sweeps": info.converged,
+            "fit": est.converged_,
+            "newton": est.fixed_point_solved_,
+            "evidence": est.log_marginal_likelihood_value_,
+            "exact": exact_log_evidence(Z, yf, EPS),
+        }
+        if len(y) <= limit and not est.converged_:
+            gauss, end, sv, reached = continuation(Z, yf)
+            row.update(gauss=gauss, end=end, sv=sv, valid="yes" if reached else "none found")
+        elif len(y) > limit:
+            row.update(gauss=None, end=None, sv=None, valid="yes" if est.converged_ else
+                       "not examined")  # fmt: skip
+        else:
+            row.update(gauss=None, end=None, sv=None, valid="yes")
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def format_rows(rows):
+    lines = [
+        "| cell | n | sweeps converge | fit converged_ | by Newton / trust region | fit log "
+        "evidence | exact log evidence | Gaussian EP fixed point | df branch ends at | "
+        "valid t-EP fixed point |",
+        "|" + "---|" * 10,
+    ]
+
+    def show(v, fmt="{}"):
+        return "-" if v is None else fmt.format(v)
+
+    for r in rows:
+        end = r["end"]
+        if end is not None:
+            end = (
+                "df = 10 (reached)"
+                if end <= DF
+                else f"fold at df* = {end:.4g} (σ_min {r['sv']:.1g})"
+            )
+        lines.append(
+            f"| {r['cell']} | {r['n']} | {r['sweeps']} | {r['fit']} | {r['newton']} | "
+            f"{r['evidence']:.2f} | {r['exact']:.2f} | {show(r['gauss'])} | {show(end)} | "
+            f"{r['valid']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--names", nargs="*", default=None, help="cell names (default: all)")
+    args = parser.parse_args(argv)
+    print(format_rows(run(args.names)))
+
+
+if __name__ == "__main__":
+    main()
