@@ -8,19 +8,20 @@ For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, labe
   equations by Newton's method and the dogleg trust-region method when the sweeps do not
   converge (``fixed_point_solved_``), and its ``log_marginal_likelihood_value_``;
 * Gaussian EP: whether EP with df = inf has a proper fixed point at label_noise = 0.1,
-  followed by Newton's method from the damped-sweep fixed point at label_noise = 0.3 down
-  to 0.1 (continuation in the label noise);
-* branch to df = 10: that fixed point followed by Newton's method from df = 1e5 down to
-  df = 10 at label_noise = 0.1 (continuation in df, shorter steps near trouble).  Either
-  it reaches df = 10, or it ends at a fold df* > 10: the smallest singular value of
+  followed by Newton's method from its fixed point at label_noise eps0 = 0.45 (then 0.3)
+  down to 0.1 (continuation in the label noise,
+  :func:`robustep.tep.fixed_point.follow_fixed_point`);
+* branch to df = 10: that fixed point followed from df = 1e5 down to df = 10 at
+  label_noise = 0.1 (continuation in log df, shorter steps near trouble).  Either it
+  reaches df = 10, or it ends at a fold df* > 10: the smallest singular value of
   ``I - dF/ds`` (F the site map) goes to 0 as df -> df*, so the branch of fixed points
   turns back there and does not exist at df = 10;
 * exact log evidence: ``log E[prod_i l_i(w)]`` under the prior, a Monte Carlo average over
   2e5 directions (the noisy step depends only on the direction of w, and both the
   Gaussian and the Student-t prior are spherical, so the direction is uniform);
 * valid: "yes" when a proper t-EP fixed point at df = 10 was found (by the fit or the
-  continuation), "none found" otherwise, "not examined" above
-  ``robustep.config(tep_fixed_point_max_sites=...)`` points.
+  continuation), "none found" otherwise.  The smallest singular value (a dense SVD) is
+  computed up to ``robustep.config(tep_fixed_point_max_sites=...)`` points.
 
 Usage::
 
@@ -41,9 +42,15 @@ import numpy as np
 
 from robustep import BayesPointMachine, get_config
 from robustep.tep.ep import linear_tep, rank_one_sites
-from robustep.tep.fixed_point import LinearRankOnePosterior, site_map_jacobian, solve_fixed_point
+from robustep.tep.fixed_point import (
+    LinearRankOnePosterior,
+    follow_fixed_point,
+    site_map_jacobian,
+    solve_fixed_point,
+)
 
 DF, EPS = 10.0, 0.1
+_BOTTOM = np.log(DF)
 
 
 def _stress():
@@ -106,42 +113,51 @@ def _smallest_singular_value(post, tau, nu, y, df, k):
     return float(np.linalg.svd(jac, compute_uv=False)[-1])
 
 
-def continuation(Z, y):
-    """(Gaussian EP fixed point found, end of the df branch: 10.0 or the fold df*, the
-    smallest singular value of I - dF/ds at the last point, found at df = 10)."""
-    n, k = Z.shape
+def continuation(Z, y, singular_values=True, starts=(0.45, 0.3)):
+    """Follow the proper fixed point of Gaussian EP (df = inf) from label noise eps0 (each
+    of ``starts``) to 0.1, then in log df from 1e5 down to 10
+    (:func:`robustep.tep.fixed_point.follow_fixed_point`).  Returns, for the first path
+    that reaches df = 10 or else the last one: (Gaussian EP fixed point at 0.1 found, end
+    of the df branch: 10.0 or the fold df*, the smallest singular value of I - dF/ds at
+    the last point (None unless ``singular_values``: a dense SVD), reached df = 10)."""
+    k = Z.shape[1]
     make = _posterior(Z)
-    with np.errstate(all="ignore"):
-        state, info = linear_tep(Z, y, df=np.inf, eps=0.3, max_iter=1000, damping=0.5)
-    if not info.converged:
-        return False, None, None, False
-    s = rank_one_sites(state, Z)
-    for eps in (0.25, 0.2, 0.17, 0.15, 0.13, 0.12, 0.11, 0.1):
-        found = solve_fixed_point(make, y, np.inf, eps, k, *s, tol=1e-9)
-        if found is None:
-            return False, None, None, False
-        s = found[:2]
-    df, step, sv = np.inf, None, None
-    for target in np.geomspace(1e5, 30.0, 20):
-        found = solve_fixed_point(make, y, target, EPS, k, *s, tol=1e-9)
-        if found is None:
-            return True, target, sv, False
-        s, df = found[:2], target
-    step = 2.0
-    while df > DF and step > 1e-5:
-        target = max(df - step, DF)
-        found = solve_fixed_point(make, y, target, EPS, k, *s, tol=1e-10)
-        if found is None:
-            step /= 2.0
+    result = (False, None, None, False)
+    for eps0 in starts:
+        start, state, done = None, None, 0
+        for sweeps in (1, 2, 3, 5, 300):
+            with np.errstate(all="ignore"):
+                state, _ = linear_tep(
+                    Z, y, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=0.5, state=state
+                )
+            done = sweeps
+            start = solve_fixed_point(make, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=1e-9)
+            if start is not None:
+                break
+        if start is None:
             continue
-        s, df = found[:2], target
-        sv = _smallest_singular_value(found[2], s[0], s[1], y, df, k)
-    return True, df, sv, df <= DF
+        tau, nu, _, x = follow_fixed_point(
+            make, y, k, start[0], start[1], lambda e: (np.inf, e), eps0, EPS, 0.05, tol=1e-9
+        )
+        if x != EPS:
+            continue
+        tau, nu, post, x = follow_fixed_point(
+            make, y, k, tau, nu, lambda ld: (DF if ld == _BOTTOM else float(np.exp(ld)), EPS),
+            np.log(1e5), _BOTTOM, 0.5, tol=1e-10, max_solves=1000,
+        )  # fmt: skip
+        df = DF if x == _BOTTOM else float(np.exp(x))
+        sv = None
+        if singular_values and post is not None:
+            sv = _smallest_singular_value(post, tau, nu, y, df, k)
+        result = (True, df, sv, x == _BOTTOM)
+        if x == _BOTTOM:
+            break
+    return result
 
 
 def run(names=None):
     rows = []
-    limit = get_config().tep_fixed_point_max_sites
+    limit = get_config().tep_fixed_point_max_sites  # dense SVDs up to this size
     for cell_names, X, y in bpm_cells():
         if names and not set(names) & set(cell_names):
             continue
@@ -162,12 +178,9 @@ def run(names=None):
             "evidence": est.log_marginal_likelihood_value_,
             "exact": exact_log_evidence(Z, yf, EPS),
         }
-        if len(y) <= limit and not est.converged_:
-            gauss, end, sv, reached = continuation(Z, yf)
+        if not est.converged_:
+            gauss, end, sv, reached = continuation(Z, yf, singular_values=len(y) <= limit)
             row.update(gauss=gauss, end=end, sv=sv, valid="yes" if reached else "none found")
-        elif len(y) > limit:
-            row.update(gauss=None, end=None, sv=None, valid="yes" if est.converged_ else
-                       "not examined")  # fmt: skip
         else:
             row.update(gauss=None, end=None, sv=None, valid="yes")
         row["seconds"] = time.perf_counter() - t0

@@ -137,10 +137,10 @@ class Settings:
         (α = 1), whose evidence rewards inducing inputs and amplitudes that over-fit
         (Bauer, van der Wilk & Rasmussen 2016).
     tep_fixed_point_max_sites : int >= 0
-        ``BayesPointMachine`` and ``StudentTProcessClassifier``: when damped t-EP sweeps do
-        not converge, the fixed-point equations are solved by Newton's method
-        (:func:`robustep.tep.fixed_point.solve_fixed_point`: a 2n x 2n solve per step) for
-        training sets of at most this many points; 0 never does.
+        ``BayesPointMachine``: when damped t-EP sweeps do not converge and Newton's method
+        finds no fixed point, the dogleg trust-region method
+        (:func:`robustep.tep.fixed_point.solve_fixed_point`, a dense 2n x 2n Jacobian per
+        step) is tried on training sets of at most this many points; 0 never does.
     """
 
     jitter: float = 1e-10

@@ -130,6 +130,7 @@ def test_a_sweep_with_skipped_updates_is_not_convergence():
         "fixed ell=1000 var=1",
         "constant feature",
         "1% flipped labels",
+        "20% flipped labels",
     ],
 )
 def test_stress_cells_with_a_valid_fixed_point_converge(name):
@@ -141,11 +142,12 @@ def test_stress_cells_with_a_valid_fixed_point_converge(name):
     assert np.all(np.isfinite(p))
 
 
+@pytest.mark.slow
 def test_cell_without_a_fixed_point_found_warns_and_keeps_finite_evidence():
-    """'20% flipped labels': no proper fixed point is found (docs/reliability.md); the fit
-    says so and its evidence is that of a state with proper cavities, finite like the exact
-    evidence (label_noise > 0)."""
-    X, y = _stress_cell("20% flipped labels")
+    """'n=300': no proper fixed point is found (docs/reliability.md); the fit says so and
+    its evidence is that of a state with proper cavities, finite like the exact evidence
+    (label_noise > 0)."""
+    X, y = _stress_cell("n=300")
     est, warned = _fit(X, y)
     assert warned and not est.converged_ and not est.fixed_point_solved_
     assert np.isfinite(est.log_marginal_likelihood_value_)
@@ -182,17 +184,54 @@ def test_evidence_against_numerical_integration(df):
 
 @pytest.mark.slow
 def test_no_fixed_point_cell_is_a_fold_of_the_branch_from_gaussian_ep():
-    """'20% flipped labels': the proper fixed point of Gaussian EP, followed in df, ends at a
-    fold df* ~ 11.6 > 10 (the smallest singular value of I - dF/ds goes to 0 there), so this
-    branch does not reach the estimator's df = 10 (docs/reliability.md)."""
+    """'n=300': the proper fixed point of Gaussian EP, followed in df, ends at a fold
+    df* > 10 (the smallest singular value of I - dF/ds goes to 0 there), so this branch does
+    not reach the estimator's df = 10 (docs/reliability.md)."""
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "tep_fixed_points.py"
     spec = importlib.util.spec_from_file_location("_tep_fixed_points", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    X, y = _stress_cell("20% flipped labels")
+    X, y = _stress_cell("n=300")
     Z = np.column_stack([X, np.ones(len(y))])
     gauss, end, smallest, reached = module.continuation(Z, y.astype(float))
     assert gauss and not reached
-    assert 10.5 < end < 13.0
+    assert 10.5 < end < 20.0
     assert smallest < 1e-3
+
+
+@pytest.mark.parametrize("df", [np.inf, 10.0])
+def test_low_rank_newton_step_equals_the_dense_solve(df):
+    """The linear model's Newton step (Woodbury on diagonal-plus-rank-(k^2+2k+1)) equals
+    the dense solve with the Jacobian of site_map_jacobian."""
+    from robustep.tep.fixed_point import _newton_direction
+
+    Z, y = _toy()
+    n = Z.shape[0]
+    state, _ = linear_tep(Z, y, df=df, eps=0.1, max_iter=3, damping=0.5)
+    tau, nu = rank_one_sites(state, Z)
+    post = _posterior(Z)(tau, nu)
+    r = np.random.default_rng(0).normal(size=2 * n)
+    step = _newton_direction(post, tau, nu, y, df, 0.1, 3, r)
+    jac = site_map_jacobian(post, tau, nu, y, df, 0.1, 3)
+    jac[np.diag_indices(2 * n)] -= 1.0
+    np.testing.assert_allclose(step, np.linalg.solve(jac, -r), rtol=1e-8, atol=1e-10)
+
+
+def test_follow_fixed_point_in_df_reaches_a_proper_fixed_point():
+    """Continuation from Gaussian EP to df = 10 ends at a fixed point of the df = 10 map."""
+    from robustep.tep.fixed_point import follow_fixed_point
+
+    Z, y = _toy(n=30, seed=1)
+    make = _posterior(Z)
+    state, info = linear_tep(Z, y, df=np.inf, eps=0.1, max_iter=500, damping=0.5)
+    assert info.converged
+    tau, nu, post, x = follow_fixed_point(
+        make, y, 3, *rank_one_sites(state, Z), lambda ld: (float(np.exp(ld)), 0.1),
+        np.log(1e5), np.log(10.0), 0.5, tol=1e-10,
+    )  # fmt: skip
+    assert x == np.log(10.0) and post is not None
+    t_new, n_new, good = _site_update(post.d, post.mu, post.logdet_b, tau, nu, y, 10.0, 0.1, 3)
+    assert good.all()
+    np.testing.assert_allclose(t_new, tau, atol=1e-8)
+    np.testing.assert_allclose(n_new, nu, atol=1e-8)

@@ -18,8 +18,10 @@ site map (derivation §8.4): ``dF/ds`` from the partial derivatives of each site
     d mu_i / d nu_j = S_ij,
 
 with ``S`` the Gaussian-form posterior covariance of the projections ``f`` (Sigma_G for the
-process, ``Z Lambda^-1 Z^T`` for the linear model).  Cost: one ``2n x 2n`` solve per Newton step,
-so it is used up to ``robustep.config(tep_fixed_point_max_sites=...)`` sites.
+process, ``Z Lambda^-1 Z^T`` for the linear model).  Cost of a Newton step: one
+``2n x 2n`` solve, O(n^3); for the linear model ``dF/ds`` is per-site 2 x 2 blocks plus
+rank ``k^2 + 2k + 1``, and the Woodbury identity makes it O(n k^4).  The trust-region
+method forms the dense Jacobian.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from scipy.optimize import least_squares
 
 from robustep.tep.process import _site_update, _site_update_partials
 
-__all__ = ["LinearRankOnePosterior", "site_map_jacobian", "solve_fixed_point"]
+__all__ = [
+    "LinearRankOnePosterior",
+    "follow_fixed_point",
+    "site_map_jacobian",
+    "solve_fixed_point",
+]
 
 
 class LinearRankOnePosterior:
@@ -48,7 +55,7 @@ class LinearRankOnePosterior:
         lam = prior_lambda + Z.T @ (tau[:, None] * Z)
         chol = np.linalg.cholesky(lam)
         chol0 = np.linalg.cholesky(prior_lambda)
-        self._a = np.linalg.solve(chol, Z.T)  # (k, n): L^-1 Z^T
+        self._a = np.linalg.solve(chol, Z.T)  # (k, n): C^-1 Z^T, so sigma_g = a^T a
         self.d = np.einsum("ij,ij->j", self._a, self._a)
         self.weight_mean = np.linalg.solve(chol.T, np.linalg.solve(chol, Z.T @ nu))
         self.mu = Z @ self.weight_mean
@@ -60,6 +67,11 @@ class LinearRankOnePosterior:
         if self._sigma_g is None:
             self._sigma_g = self._a.T @ self._a
         return self._sigma_g
+
+    @property
+    def root_factor(self):
+        """A (k, n) with ``sigma_g = A^T A`` (rank k): the Newton system's low-rank part."""
+        return self._a
 
 
 def site_map_jacobian(post, tau, nu, y, df, eps, k):
@@ -150,13 +162,8 @@ def _newton(residual, posterior, s, y, df, eps, k, tol, max_newton):
             return s[:n].copy(), s[n:].copy(), post, step_count
         if step_count == max_newton:
             return None
-        jac = site_map_jacobian(post, s[:n], s[n:], y, df, eps, k)
-        jac[np.diag_indices(2 * n)] -= 1.0
-        try:
-            direction = np.linalg.solve(jac, -r)
-        except np.linalg.LinAlgError:
-            direction = np.linalg.lstsq(jac, -r, rcond=None)[0]
-        if not np.all(np.isfinite(direction)):
+        direction = _newton_direction(post, s[:n], s[n:], y, df, eps, k, r)
+        if direction is None or not np.all(np.isfinite(direction)):
             return None
         norm2 = _sum_squares(r)
         length = 1.0
@@ -170,6 +177,68 @@ def _newton(residual, posterior, s, y, df, eps, k, tol, max_newton):
             return None  # no step decreases |G|: a local minimum of |G| that is not a root
         s, r, post = s_try, r_try, post_try
     return None
+
+
+def _newton_direction(post, tau, nu, y, df, eps, k, r):
+    """Solve ``(dF/ds - I) x = -r`` for the Newton step x (2n,), or None.
+
+    Dense (O(n^3)) unless the posterior has a rank-k ``root_factor`` A (the linear model,
+    ``sigma_g = A^T A``).  Then ``dF/ds = D + U V^T`` with D made of per-site 2 x 2 blocks
+    and rank ``k^2 + 2k + 1`` (``S∘S = B^T B`` with ``B_(pq),i = A_pi A_qi``,
+    ``S diag(mu) = A^T (A diag mu)``), and the Woodbury identity solves it in
+    O(n (k^2 + 2k + 1)^2).
+    """
+    factor = getattr(post, "root_factor", None)
+    if factor is None:
+        jac = site_map_jacobian(post, tau, nu, y, df, eps, k)
+        jac[np.diag_indices(2 * tau.size)] -= 1.0
+        try:
+            return np.linalg.solve(jac, -r)
+        except np.linalg.LinAlgError:
+            return None
+    n = tau.size
+    d, mu = post.d, post.mu
+    a_t, a_n, _ = _site_update_partials(d, mu, post.logdet_b, tau, nu, y, df, eps, k)
+    A = factor
+    B = (A[:, None, :] * A[None, :, :]).reshape(-1, n)  # (k^2, n)
+    At = A.T
+    zeros_b, zeros_a = np.zeros_like(B.T), np.zeros_like(At)
+
+    def rows(a):  # (n, r): the row factors of one block row of dF/ds
+        return np.column_stack(
+            [-a["d"][:, None] * B.T, -a["mu"][:, None] * At, a["L"], a["mu"][:, None] * At]
+        )
+
+    U = np.vstack([rows(a_t), rows(a_n)])
+    V = np.vstack(
+        [
+            np.column_stack([B.T, mu[:, None] * At, d, zeros_a]),
+            np.column_stack([zeros_b, zeros_a, np.zeros(n), At]),
+        ]
+    )
+    # E = D - I: per-site 2 x 2 blocks [[e11, e12], [e21, e22]], inverted in closed form
+    e11, e12 = a_t["tau"] - 1.0, a_t["nu"]
+    e21, e22 = a_n["tau"], a_n["nu"] - 1.0
+    det = e11 * e22 - e12 * e21
+    if not np.all(np.isfinite(det)) or np.any(det == 0.0):
+        return None
+
+    def e_inv(x):  # x (2n,) or (2n, m)
+        x1, x2 = x[:n], x[n:]
+        if x.ndim == 2:
+            c11, c12, c21, c22 = (c[:, None] for c in (e22, -e12, -e21, e11))
+            dd = det[:, None]
+        else:
+            c11, c12, c21, c22, dd = e22, -e12, -e21, e11, det
+        return np.concatenate([(c11 * x1 + c12 * x2) / dd, (c21 * x1 + c22 * x2) / dd])
+
+    Einv_U = e_inv(U)
+    Einv_b = e_inv(-r)
+    cap = np.eye(U.shape[1]) + V.T @ Einv_U
+    try:
+        return Einv_b - Einv_U @ np.linalg.solve(cap, V.T @ Einv_b)
+    except np.linalg.LinAlgError:
+        return None
 
 
 def _sum_squares(r):
@@ -207,3 +276,39 @@ def _dogbox(residual, posterior, s, y, df, eps, k, tol, max_evaluations):
     if r is None or np.abs(r).max() >= tol:
         return None
     return sol.x[:n].copy(), sol.x[n:].copy(), post, int(sol.nfev)
+
+
+def follow_fixed_point(
+    posterior, y, k, tau, nu, parameters, start, stop, step, *, tol, max_solves=400
+):
+    """Follow a fixed point along a path of models (continuation by Newton's method).
+
+    The model at path coordinate x is ``parameters(x) -> (df, eps)``.  From the fixed point
+    ``(tau, nu)`` of the model at ``start``, each Newton solve
+    (:func:`solve_fixed_point`) moves to ``x + step`` toward ``stop``, starting from the
+    previous fixed point; a step that fails is halved (down to ``1e-5``), one that
+    succeeds is lengthened by half.  Where the branch of fixed points turns back (a fold:
+    ``I - dF/ds`` becomes singular) the path ends before ``stop``.
+
+    Returns
+    -------
+    (tau, nu, post, x) at the last model reached (``x == stop`` when the path got there;
+    ``post`` is None when no step succeeded).
+    """
+    x, post = start, None
+    direction = 1.0 if stop > start else -1.0
+    solves = 0
+    while (stop - x) * direction > 0 and step > 1e-5 and solves < max_solves:
+        target = x + direction * step
+        if (stop - target) * direction < 0:
+            target = stop
+        df, eps = parameters(target)
+        found = solve_fixed_point(posterior, y, df, eps, k, tau, nu, tol=tol)
+        solves += 1
+        if found is None:
+            step /= 2.0
+            continue
+        tau, nu, post = found[:3]
+        x = target
+        step *= 1.5
+    return tau, nu, post, x
