@@ -23,9 +23,15 @@ For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, labe
   continuation), "none found" otherwise.  The smallest singular value (a dense SVD) is
   computed up to ``robustep.config(tep_fixed_point_max_sites=...)`` points.
 
+``--process``: the StudentTProcessClassifier cells (label_noise = 0, df = 10) with at most
+200 points that do not converge: whether Newton's method (11 starts) or the trust-region
+method finds a proper fixed point for df = inf and for df = 10, and where the branch of the
+Gaussian-process EP fixed point, followed in df, ends.
+
 Usage::
 
     python benchmarks/tep_fixed_points.py            # all cells (a few minutes)
+    python benchmarks/tep_fixed_points.py --process  # the Student-t process cells
     python benchmarks/tep_fixed_points.py --names "20% flipped labels"
 """
 
@@ -216,10 +222,114 @@ def format_rows(rows):
     return "\n".join(lines)
 
 
+def process_cells(max_n=200):
+    """[(name, K, y)] of the StudentTProcessClassifier cells that do not converge, n <= max_n."""
+    out = []
+    for cell in _stress().cells():
+        if cell.estimator != "StudentTProcessClassifier" or len(cell.y) > max_n:
+            continue
+        est = cell.make()
+        if est.kernel is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(cell.X, cell.y)
+        if not est.converged_:
+            out.append((cell.name, est.kernel_(cell.X), cell.y.astype(float)))
+    return out
+
+
+def process_row(name, K, y, df=DF, eps=0.0):
+    """Newton's method from 11 starts and the trust-region method, for df and for df = inf;
+    the Gaussian-process EP fixed point (damped sweeps polished by Newton's method to 1e-6)
+    followed in log df down to df: the end of that branch and sigma_min there."""
+    from robustep.tep.process import process_posterior, process_tep
+
+    n = y.size
+
+    def make(tau, nu):
+        return process_posterior(K, tau, nu)
+
+    row = {"cell": name, "n": n}
+    for model_df in (np.inf, df):
+        starts = [(np.zeros(n), np.zeros(n))]
+        for damping in (0.5, 0.9):
+            tau = nu = None
+            for _ in range(5):
+                with np.errstate(all="ignore"):
+                    tau, nu, post, _ = process_tep(
+                        K, y, df=model_df, eps=eps, max_iter=1, damping=damping, tau=tau, nu=nu
+                    )
+                if post is None:
+                    break
+                starts.append((tau, nu))
+        found = any(
+            solve_fixed_point(make, y, model_df, eps, n, *start, tol=1e-6) is not None
+            for start in starts
+        ) or (len(starts) > 1 and solve_fixed_point(
+            make, y, model_df, eps, n, *starts[1], tol=1e-6, max_newton=100, method="dogbox"
+        ) is not None)  # fmt: skip
+        row["found df=inf" if np.isinf(model_df) else "found df"] = found
+    with np.errstate(all="ignore"):
+        tau, nu, _, info = process_tep(
+            K, y, df=np.inf, eps=eps, max_iter=3000, damping=0.5, adaptive=True, tol=1e-12
+        )
+    start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6)
+    row.update(gp_ep=start is not None, end=None, sv=None)
+    if start is not None:
+        bottom = np.log(df)
+        tau, nu, post, x = follow_fixed_point(
+            make, y, n, start[0], start[1],
+            lambda ld: (df if ld == bottom else float(np.exp(ld)), eps),
+            np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000,
+        )  # fmt: skip
+        row["end"] = df if x == bottom else float(np.exp(x))
+        if post is not None:
+            row["sv"] = _smallest_singular_value_eps(post, tau, nu, y, row["end"], n, eps)
+    print(row, flush=True)
+    return row
+
+
+def _smallest_singular_value_eps(post, tau, nu, y, df, k, eps):
+    jac = site_map_jacobian(post, tau, nu, y, df, eps, k)
+    jac[np.diag_indices(jac.shape[0])] -= 1.0
+    return float(np.linalg.svd(jac, compute_uv=False)[-1])
+
+
+def format_process_rows(rows):
+    lines = [
+        "| cell | n | fixed point found, df = inf | fixed point found, df = 10 | GP-EP fixed "
+        "point | its branch in df ends at |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        end = "-"
+        if r["end"] is not None:
+            sv = "" if r["sv"] is None else f" (σ_min {r['sv']:.1g})"
+            end = "df = 10 (reached)" if r["end"] <= DF else f"fold at df* = {r['end']:.4g}{sv}"
+        lines.append(
+            f"| {r['cell']} | {r['n']} | {r['found df=inf']} | {r['found df']} | "
+            f"{r['gp_ep']} | {end} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--names", nargs="*", default=None, help="cell names (default: all)")
+    parser.add_argument(
+        "--process", action="store_true",
+        help="the StudentTProcessClassifier cells (n <= 200) that do not converge instead",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.process:
+        rows = [
+            process_row(name, K, y)
+            for name, K, y in process_cells()
+            if not args.names or name in args.names
+        ]
+        print(format_process_rows(rows))
+        return
     print(format_rows(run(args.names)))
 
 
