@@ -27,6 +27,7 @@ Usage::
     python benchmarks/stress.py --quick         # a small subset, < 60 s (tests/benchmarks)
     python benchmarks/stress.py --verbose       # one line per run
     python benchmarks/stress.py --methods auto  # the cells of the named methods only
+    python benchmarks/stress.py --estimators BayesPointMachine,StudentTProcessClassifier
     python benchmarks/stress.py --step-noise --quick    # label-noise step cells, minutes
 
 Exit status 1 when any of the three must-be-zero counts is not zero.
@@ -310,13 +311,15 @@ def run_cell(cell):
     return out
 
 
-def run(quick=False, verbose=False, seed=0, methods=None):
-    """Run the grid (the cells of ``methods`` only, when given); return
+def run(quick=False, verbose=False, seed=0, methods=None, estimators=None):
+    """Run the grid (the cells of ``methods`` and ``estimators`` only, when given); return
     {(estimator, method): counts} and the failing runs."""
     table = defaultdict(lambda: defaultdict(float))
     failures = []
     for cell in cells(quick, seed):
         if methods is not None and cell.method not in methods:
+            continue
+        if estimators is not None and cell.estimator not in estimators:
             continue
         r = run_cell(cell)
         row = table[(cell.estimator, cell.method)]
@@ -580,6 +583,9 @@ def main(argv=None):
     parser.add_argument(
         "--methods", default=None, help="comma-separated: run the cells of these methods only"
     )
+    parser.add_argument(
+        "--estimators", default=None, help="comma-separated: run the cells of these estimators only"
+    )
     args = parser.parse_args(argv)
     if args.step_noise:
         names = [c.strip() for c in args.candidates.split(",")]
@@ -603,7 +609,10 @@ def main(argv=None):
         return 0
     t0 = time.perf_counter()
     methods = None if args.methods is None else {m.strip() for m in args.methods.split(",")}
-    table, failures = run(args.quick, args.verbose, args.seed, methods)
+    estimators = (
+        None if args.estimators is None else {e.strip() for e in args.estimators.split(",")}
+    )
+    table, failures = run(args.quick, args.verbose, args.seed, methods, estimators)
     print(format_table(table))
     keys = ("runs", "nonfinite", "silent", "undocumented", "evidence")
     total = {k: sum(r[k] for r in table.values()) for k in keys}

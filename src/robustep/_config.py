@@ -143,6 +143,11 @@ class Settings:
         EP on the pseudo-point posterior (Bui, Yan & Turner 2017) instead of FITC-EP
         (α = 1), whose evidence rewards inducing inputs and amplitudes that over-fit
         (Bauer, van der Wilk & Rasmussen 2016).
+    tep_fixed_point_max_sites : int >= 0
+        ``BayesPointMachine``: when damped t-EP sweeps do not converge and Newton's method
+        finds no fixed point, the dogleg trust-region method
+        (:func:`robustep.tep.fixed_point.solve_fixed_point`, a dense 2n x 2n Jacobian per
+        step) is tried on training sets of at most this many points; 0 never does.
     """
 
     jitter: float = 1e-10
@@ -169,6 +174,7 @@ class Settings:
     stochastic_learner_min_n: int | None = 10_000
     stochastic_validation_max_rows: int | None = 10_000
     auto_inducing_power: float = 0.5
+    tep_fixed_point_max_sites: int = 1000
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -196,6 +202,7 @@ class Settings:
             _check_real(name, getattr(self, name), positive=True)
         _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)
         _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
+        _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
         for name in (
             "search_max_iter",
             "final_max_iter",

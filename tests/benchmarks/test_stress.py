@@ -95,3 +95,9 @@ def test_methods_filter_runs_only_those_cells():
     table, _ = stress.run(quick=True, methods={"laplace"})
     assert set(table) == {("GPClassifier", "laplace")}
     assert table[("GPClassifier", "laplace")]["runs"] == 8
+
+
+def test_estimators_filter_runs_only_those_cells():
+    stress = _stress()
+    table, _ = stress.run(quick=True, estimators={"BayesPointMachine"}, methods={"adf"})
+    assert set(table) == {("BayesPointMachine", "adf")}

@@ -14,10 +14,21 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from robustep._config import limits_blas_threads
+from robustep._config import get_config, limits_blas_threads
 from robustep._validation import binary_labels, validate_data
 from robustep._warnings import warn
-from robustep.tep.ep import linear_log_marginal_likelihood, linear_posterior, linear_tep
+from robustep.tep.ep import (
+    linear_log_marginal_likelihood,
+    linear_posterior,
+    linear_tep,
+    rank_one_sites,
+    rank_one_state,
+)
+from robustep.tep.fixed_point import (
+    LinearRankOnePosterior,
+    follow_fixed_point,
+    solve_fixed_point,
+)
 from robustep.tep.likelihood import _t_cdf
 
 __all__ = ["BayesPointMachine"]
@@ -66,13 +77,21 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
 
     Sites are rank-one (statistics <w, x_i> and <w, x_i>^2; see
     :func:`robustep.tep.ep.linear_tep`).  EP with the noisy step may fail to converge
-    on noisy data, for finite and infinite df alike (docs/derivations/tep.md §7); then a
-    ConvergenceWarning is raised and the last iterate is used.
+    on noisy data, for finite and infinite df alike (docs/derivations/tep.md §7); then the
+    fixed-point equations are solved by Newton's method and a trust-region method
+    (:func:`robustep.tep.fixed_point.solve_fixed_point`), and if that finds no proper
+    fixed point a ConvergenceWarning is raised and the fit keeps the last iterate whose
+    cavities are all proper and whose evidence is finite (zero sites, the prior, at worst),
+    so ``log_marginal_likelihood_value_`` is finite whenever label_noise > 0
+    (docs/reliability.md, "t-exponential EP: valid fixed points").
 
     Attributes
     ----------
     classes_ (2,), coef_ (1, n_features), intercept_ (1,), posterior_mean_ (k,),
     posterior_scale_ (k, k) (Student-t scale matrix), converged_, n_iter_,
+    fixed_point_solved_ (the damped sweeps did not converge and the fixed point was found
+    by Newton's method on the fixed-point equations,
+    :func:`robustep.tep.fixed_point.solve_fixed_point`),
     log_marginal_likelihood_value_ (EP evidence, Theorem 2; for ADF the sum of the
     sequential log normalisers), n_features_in_.
     """
@@ -134,12 +153,14 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
                 tol=self.tol,
                 damping=float(self.damping),
             )
-            try:
-                mu, sigma = linear_posterior(state)
-                ok = np.all(np.isfinite(mu)) and np.all(np.isfinite(sigma))
-            except FloatingPointError:
-                ok = False
-        if not ok:  # never return NaN predictions: fall back to the prior
+            self.fixed_point_solved_ = False
+            if self.method == "ep" and not info.converged:
+                found = self._solve_fixed_point(Z, y_pm, df, eps, state)
+                if found is not None:
+                    state, self.fixed_point_solved_ = found, True
+                    info.converged = True
+            mu, sigma, lml = self._posterior_and_evidence(state, info, Z, y_pm, eps)
+        if mu is None:  # never return NaN predictions: fall back to the prior
             mu, sigma = np.zeros(Z.shape[1]), np.eye(Z.shape[1])
             info.converged = False
         self.converged_ = bool(info.converged)
@@ -147,7 +168,9 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
         if not self.converged_:
             warn(
                 f"t-EP did not converge in {self.n_iter_} sweeps (last max site change "
-                f"{info.max_diff:.3g} > tol={self.tol}); increase max_iter or label_noise.",
+                f"{info.max_diff:.3g} > tol={self.tol}) and no fixed point was found by "
+                "Newton's method; the posterior and the evidence are those of the last "
+                "iterate with proper cavities. Increase max_iter or label_noise.",
                 ConvergenceWarning,
             )
         self.posterior_mean_ = mu
@@ -155,13 +178,142 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
         d = X.shape[1]
         self.coef_ = mu[:d].reshape(1, -1)
         self.intercept_ = np.array([mu[d] if self.fit_intercept else 0.0])
-        with np.errstate(all="ignore"):
-            if self.method == "ep" and ok:
-                lml = linear_log_marginal_likelihood(state, Z, y_pm, eps)
-            else:
-                lml = float(np.sum(_adf_log_normalisers(state, Z, y_pm, eps))) if ok else -np.inf
         self.log_marginal_likelihood_value_ = float(lml)
         return self
+
+    def _solve_fixed_point(self, Z, y_pm, df, eps, state):
+        """A proper t-EP fixed point by Newton's method, or None (docs/reliability.md).
+
+        Starts, in order: the last iterate, zero sites, and the sites after 1, 2, 3, 5 and 8
+        sweeps from zero at damping ``self.damping``, 0.8 and 0.9 (the fixed point
+        lies in a small basin of Newton's method on some data sets); the first start from
+        which Newton's method reaches a root with every cavity proper wins (O(n k^4) per
+        step).  Then, for at most ``robustep.config(tep_fixed_point_max_sites=...)``
+        points, the dogleg trust-region method from the first sweep's sites (at most 100
+        evaluations of a dense 2n x 2n Jacobian).  Last, continuation from Gaussian EP
+        with more label noise (:meth:`_continue_fixed_point`).
+        """
+        n, k = Z.shape
+        lam0, h0 = state.prior_lambda, state.prior_h
+
+        def posterior(tau, nu):
+            try:
+                return LinearRankOnePosterior(Z, lam0, tau, nu)
+            except np.linalg.LinAlgError:
+                return None
+
+        def starts():
+            yield rank_one_sites(state, Z)
+            yield np.zeros(n), np.zeros(n)
+            for damping in dict.fromkeys((float(self.damping), 0.8, 0.9)):
+                early, done = None, 0
+                for sweeps in (1, 2, 3, 5, 8):
+                    early, _ = linear_tep(
+                        Z, y_pm, df=df, eps=eps, max_iter=sweeps - done, damping=damping,
+                        state=early,
+                    )  # fmt: skip
+                    done = sweeps
+                    yield rank_one_sites(early, Z)
+
+        for tau0, nu0 in starts():
+            found = solve_fixed_point(posterior, y_pm, df, eps, k, tau0, nu0, tol=self.tol)
+            if found is not None:
+                return rank_one_state(lam0, h0, Z, found[0], found[1], df)
+        if n <= get_config().tep_fixed_point_max_sites:
+            # the trust-region method from the first sweep's sites: slower, reaches further
+            early, _ = linear_tep(Z, y_pm, df=df, eps=eps, max_iter=1, damping=float(self.damping))
+            found = solve_fixed_point(
+                posterior, y_pm, df, eps, k, *rank_one_sites(early, Z), tol=self.tol,
+                max_newton=100, method="dogbox",
+            )  # fmt: skip
+            if found is not None:
+                return rank_one_state(lam0, h0, Z, found[0], found[1], df)
+        found = self._continue_fixed_point(Z, y_pm, df, eps, posterior)
+        if found is not None:
+            return rank_one_state(lam0, h0, Z, found[0], found[1], df)
+        return None
+
+    def _continue_fixed_point(self, Z, y_pm, df, eps, posterior):
+        """The fixed point reached by continuation from Gaussian EP with more label noise.
+
+        For a start label noise eps0 in (0.45, 0.3) above ``eps``: Gaussian EP's fixed
+        point at eps0 (Newton's method from the sites after 1, 2, 3, 5 and 100 damped
+        sweeps, which converge there more often), followed by
+        :func:`robustep.tep.fixed_point.follow_fixed_point` to label noise ``eps``, then in
+        ``log df`` from ``max(1e5, 10 df)`` down to ``df``.  Returns (tau, nu) or None
+        (the branch folds before the target or no start was found).
+        """
+        k = Z.shape[1]
+        tol = min(self.tol, 1e-8)
+        damping = float(self.damping)
+        for eps0 in (0.45, 0.3):
+            if eps0 <= eps:
+                continue
+            start, state, done = None, None, 0
+            for sweeps in (1, 2, 3, 5, 100):
+                state, _ = linear_tep(
+                    Z, y_pm, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=damping,
+                    state=state,
+                )  # fmt: skip
+                done = sweeps
+                start = solve_fixed_point(
+                    posterior, y_pm, np.inf, eps0, k, *rank_one_sites(state, Z), tol=tol
+                )
+                if start is not None:
+                    break
+            if start is None:
+                continue
+            tau, nu, _, x = follow_fixed_point(
+                posterior, y_pm, k, start[0], start[1], lambda e: (np.inf, e), eps0, eps,
+                0.05, tol=tol, max_solves=150,
+            )  # fmt: skip
+            if x != eps:
+                continue
+            if np.isinf(df):
+                return tau, nu
+            top, bottom = np.log(max(1e5, 10.0 * df)), np.log(df)
+            tau, nu, _, x = follow_fixed_point(
+                posterior, y_pm, k, tau, nu,
+                lambda ld, bottom=bottom: (df if ld == bottom else float(np.exp(ld)), eps),
+                top, bottom, 0.5, tol=tol, max_solves=150,
+            )  # fmt: skip
+            if x == bottom:
+                return tau, nu
+        return None
+
+    def _posterior_and_evidence(self, state, info, Z, y_pm, eps):
+        """(mu, Sigma, log evidence) of the state the fit keeps.
+
+        The final state when its posterior is proper and (EP) its evidence finite;
+        otherwise, for EP, the last sweep's state with every cavity proper
+        (``info.last_proper``), and then zero sites (the prior, whose t-EP evidence is
+        always finite).  (None, None, -inf) if no state has a proper posterior.
+        """
+        candidates = [state]
+        if self.method == "ep":
+            if info.last_proper is not None:
+                candidates.append(rank_one_state(
+                    state.prior_lambda, state.prior_h, Z, *info.last_proper, state.df
+                ))  # fmt: skip
+            zeros = np.zeros(Z.shape[0])
+            candidates.append(
+                rank_one_state(state.prior_lambda, state.prior_h, Z, zeros, zeros, state.df)
+            )
+        for candidate in candidates:
+            try:
+                mu, sigma = linear_posterior(candidate)
+            except FloatingPointError:
+                continue
+            if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(sigma))):
+                continue
+            if self.method == "adf":
+                return mu, sigma, float(np.sum(_adf_log_normalisers(candidate, Z, y_pm, eps)))
+            lml = linear_log_marginal_likelihood(candidate, Z, y_pm, eps)
+            if np.isfinite(lml):
+                if candidate is not state:
+                    info.converged = False
+                return mu, sigma, float(lml)
+        return None, None, -np.inf
 
     def _predictive(self, X):
         check_is_fitted(self)

@@ -66,13 +66,20 @@ class LinearTEPState:
 
 @dataclasses.dataclass
 class TEPInfo:
-    """n_iter, converged, max_diff (last sweep), history of max_diff, n_skipped updates."""
+    """n_iter, converged, max_diff (last sweep), history of max_diff, n_skipped updates.
+
+    ``last_proper`` (sequential linear t-EP): the rank-one sites ``(tau (n,), nu (n,))`` at
+    the end of the last sweep in which no update was skipped (every cavity proper), or
+    None.  A run that does not converge keeps its last iterate; this is the state to
+    evaluate the evidence at when the last iterate has an improper cavity.
+    """
 
     n_iter: int
     converged: bool
     max_diff: float
     history: list
     n_skipped: int = 0
+    last_proper: tuple | None = None
 
 
 def _logdet_pd(a):
@@ -338,10 +345,12 @@ def _linear_tep_rank1(X, y, state, df, eps, method, max_iter, tol, damping, clip
     history = []
     n_skipped = 0
     converged = False
+    last_proper = None
     sweeps = 1 if method == "adf" else max_iter
     it = 0
     for it in range(1, sweeps + 1):
         max_diff = 0.0
+        skipped_before = n_skipped
         for j in range(n):
             x = X[j]
             cx = C @ x
@@ -398,12 +407,42 @@ def _linear_tep_rank1(X, y, state, df, eps, method, max_iter, tol, damping, clip
                 logdet, C = ld, np.linalg.inv(lam)
                 mu = C @ h
         history.append(max_diff)
-        if method == "adf" or max_diff < tol:
+        clean = n_skipped == skipped_before  # no cavity was improper in this sweep
+        if clean:
+            last_proper = (tau.copy(), nu.copy())
+        # a sweep that skipped updates is no evidence of a fixed point (with every site
+        # skipped max_diff is 0)
+        if method == "adf" or (max_diff < tol and clean):
             converged = True
             break
     state.site_lambda = tau[:, None, None] * np.einsum("ij,ik->ijk", X, X)
     state.site_h = nu[:, None] * X
-    return state, TEPInfo(it, converged, history[-1] if history else 0.0, history, n_skipped)
+    info = TEPInfo(it, converged, history[-1] if history else 0.0, history, n_skipped)
+    info.last_proper = last_proper
+    return state, info
+
+
+def rank_one_sites(state, X):
+    """The scalar sites ``(tau (n,), nu (n,))`` of a rank-one state (sites ``tau_j x_j x_j^T``,
+    ``nu_j x_j``); X (n, k)."""
+    sq = np.einsum("ij,ij->i", X, X)
+    tau = np.zeros(X.shape[0])
+    nu = np.zeros(X.shape[0])
+    nz = sq > 0
+    tau[nz] = np.einsum("ij,ijk,ik->i", X[nz], state.site_lambda[nz], X[nz]) / sq[nz] ** 2
+    nu[nz] = np.einsum("ij,ij->i", X[nz], state.site_h[nz]) / sq[nz]
+    return tau, nu
+
+
+def rank_one_state(prior_lambda, prior_h, X, tau, nu, df):
+    """A :class:`LinearTEPState` with rank-one sites ``(tau_j x_j x_j^T, nu_j x_j)``."""
+    return LinearTEPState(
+        prior_lambda,
+        prior_h,
+        tau[:, None, None] * np.einsum("ij,ik->ijk", X, X),
+        nu[:, None] * X,
+        float(df),
+    )
 
 
 def linear_posterior(state):

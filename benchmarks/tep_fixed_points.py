@@ -1,0 +1,337 @@
+"""Which stress cells of BayesPointMachine(method="ep") have a valid t-EP fixed point.
+
+For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, label_noise =
+0.1, the estimator's defaults; cells with the same data are run once) it prints:
+
+* sweeps: whether damped sequential t-EP (damping 0.5, 300 sweeps) converges;
+* fit: ``converged_`` of ``BayesPointMachine(max_iter=300)``, which solves the fixed-point
+  equations by Newton's method and the dogleg trust-region method when the sweeps do not
+  converge (``fixed_point_solved_``), and its ``log_marginal_likelihood_value_``;
+* Gaussian EP: whether EP with df = inf has a proper fixed point at label_noise = 0.1,
+  followed by Newton's method from its fixed point at label_noise eps0 = 0.45 (then 0.3)
+  down to 0.1 (continuation in the label noise,
+  :func:`robustep.tep.fixed_point.follow_fixed_point`);
+* branch to df = 10: that fixed point followed from df = 1e5 down to df = 10 at
+  label_noise = 0.1 (continuation in log df, shorter steps near trouble).  Either it
+  reaches df = 10, or it ends at a fold df* > 10: the smallest singular value of
+  ``I - dF/ds`` (F the site map) goes to 0 as df -> df*, so the branch of fixed points
+  turns back there and does not exist at df = 10;
+* exact log evidence: ``log E[prod_i l_i(w)]`` under the prior, a Monte Carlo average over
+  2e5 directions (the noisy step depends only on the direction of w, and both the
+  Gaussian and the Student-t prior are spherical, so the direction is uniform);
+* valid: "yes" when a proper t-EP fixed point at df = 10 was found (by the fit or the
+  continuation), "none found" otherwise.  The smallest singular value (a dense SVD) is
+  computed up to ``robustep.config(tep_fixed_point_max_sites=...)`` points.
+
+``--process``: the StudentTProcessClassifier cells (label_noise = 0, df = 10) with at most
+200 points that do not converge: whether Newton's method (11 starts) or the trust-region
+method finds a proper fixed point for df = inf and for df = 10, and where the branch of the
+Gaussian-process EP fixed point, followed in df, ends.
+
+Usage::
+
+    python benchmarks/tep_fixed_points.py            # all cells (a few minutes)
+    python benchmarks/tep_fixed_points.py --process  # the Student-t process cells
+    python benchmarks/tep_fixed_points.py --names "20% flipped labels"
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from robustep import BayesPointMachine, get_config
+from robustep.tep.ep import linear_tep, rank_one_sites
+from robustep.tep.fixed_point import (
+    LinearRankOnePosterior,
+    follow_fixed_point,
+    site_map_jacobian,
+    solve_fixed_point,
+)
+
+DF, EPS = 10.0, 0.1
+_BOTTOM = np.log(DF)
+
+
+def _stress():
+    path = Path(__file__).resolve().parent / "stress.py"
+    spec = importlib.util.spec_from_file_location("_stress_grid_tep_cells", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def bpm_cells():
+    """[(names, X, y)] of the BayesPointMachine "ep" stress cells, same data merged."""
+    out = []
+    for cell in _stress().cells():
+        if cell.estimator != "BayesPointMachine" or cell.method != "ep":
+            continue
+        for entry in out:
+            if (
+                entry[1].shape == cell.X.shape
+                and np.array_equal(entry[1], cell.X)
+                and (np.array_equal(entry[2], cell.y))
+            ):
+                entry[0].append(cell.name)
+                break
+        else:
+            out.append(([cell.name], cell.X, cell.y))
+    return out
+
+
+def exact_log_evidence(Z, y, eps, directions=200_000, seed=0, chunk=20_000):
+    """log E_u[prod_i l_i(u)] over directions u uniform on the sphere (Monte Carlo)."""
+    rng = np.random.default_rng(seed)
+    V = Z * y[:, None]
+    logs = []
+    for start in range(0, directions, chunk):
+        u = rng.standard_normal((Z.shape[1], min(chunk, directions - start)))
+        log_l = np.where(V @ u > 0, np.log1p(-eps), np.log(eps)).sum(0)
+        logs.append(log_l)
+    log_l = np.concatenate(logs)
+    top = log_l.max()
+    return float(top + np.log(np.mean(np.exp(log_l - top))))
+
+
+def _posterior(Z):
+    k = Z.shape[1]
+
+    def make(tau, nu):
+        try:
+            return LinearRankOnePosterior(Z, np.eye(k), tau, nu)
+        except np.linalg.LinAlgError:
+            return None
+
+    return make
+
+
+def _smallest_singular_value(post, tau, nu, y, df, k):
+    jac = site_map_jacobian(post, tau, nu, y, df, EPS, k)
+    jac[np.diag_indices(jac.shape[0])] -= 1.0
+    return float(np.linalg.svd(jac, compute_uv=False)[-1])
+
+
+def continuation(Z, y, singular_values=True, starts=(0.45, 0.3)):
+    """Follow the proper fixed point of Gaussian EP (df = inf) from label noise eps0 (each
+    of ``starts``) to 0.1, then in log df from 1e5 down to 10
+    (:func:`robustep.tep.fixed_point.follow_fixed_point`).  Returns, for the first path
+    that reaches df = 10 or else the last one: (Gaussian EP fixed point at 0.1 found, end
+    of the df branch: 10.0 or the fold df*, the smallest singular value of I - dF/ds at
+    the last point (None unless ``singular_values``: a dense SVD), reached df = 10)."""
+    k = Z.shape[1]
+    make = _posterior(Z)
+    result = (False, None, None, False)
+    for eps0 in starts:
+        start, state, done = None, None, 0
+        for sweeps in (1, 2, 3, 5, 300):
+            with np.errstate(all="ignore"):
+                state, _ = linear_tep(
+                    Z, y, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=0.5, state=state
+                )
+            done = sweeps
+            start = solve_fixed_point(make, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=1e-9)
+            if start is not None:
+                break
+        if start is None:
+            continue
+        tau, nu, _, x = follow_fixed_point(
+            make, y, k, start[0], start[1], lambda e: (np.inf, e), eps0, EPS, 0.05, tol=1e-9
+        )
+        if x != EPS:
+            continue
+        tau, nu, post, x = follow_fixed_point(
+            make, y, k, tau, nu, lambda ld: (DF if ld == _BOTTOM else float(np.exp(ld)), EPS),
+            np.log(1e5), _BOTTOM, 0.5, tol=1e-10, max_solves=1000,
+        )  # fmt: skip
+        df = DF if x == _BOTTOM else float(np.exp(x))
+        sv = None
+        if singular_values and post is not None:
+            sv = _smallest_singular_value(post, tau, nu, y, df, k)
+        result = (True, df, sv, x == _BOTTOM)
+        if x == _BOTTOM:
+            break
+    return result
+
+
+def run(names=None):
+    rows = []
+    limit = get_config().tep_fixed_point_max_sites  # dense SVDs up to this size
+    for cell_names, X, y in bpm_cells():
+        if names and not set(names) & set(cell_names):
+            continue
+        t0 = time.perf_counter()
+        Z = np.column_stack([X, np.ones(len(y))])
+        yf = y.astype(float)
+        with np.errstate(all="ignore"):
+            _, info = linear_tep(Z, yf, df=DF, eps=EPS, max_iter=300, damping=0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = BayesPointMachine(max_iter=300).fit(X, y)
+        row = {
+            "cell": " / ".join(cell_names),
+            "n": len(y),
+            "sweeps": info.converged,
+            "fit": est.converged_,
+            "newton": est.fixed_point_solved_,
+            "evidence": est.log_marginal_likelihood_value_,
+            "exact": exact_log_evidence(Z, yf, EPS),
+        }
+        if not est.converged_:
+            gauss, end, sv, reached = continuation(Z, yf, singular_values=len(y) <= limit)
+            row.update(gauss=gauss, end=end, sv=sv, valid="yes" if reached else "none found")
+        else:
+            row.update(gauss=None, end=None, sv=None, valid="yes")
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def format_rows(rows):
+    lines = [
+        "| cell | n | sweeps converge | fit converged_ | by Newton / trust region | fit log "
+        "evidence | exact log evidence | Gaussian EP fixed point | df branch ends at | "
+        "valid t-EP fixed point |",
+        "|" + "---|" * 10,
+    ]
+
+    def show(v, fmt="{}"):
+        return "-" if v is None else fmt.format(v)
+
+    for r in rows:
+        end = r["end"]
+        if end is not None:
+            end = (
+                "df = 10 (reached)"
+                if end <= DF
+                else f"fold at df* = {end:.4g} (σ_min {r['sv']:.1g})"
+            )
+        lines.append(
+            f"| {r['cell']} | {r['n']} | {r['sweeps']} | {r['fit']} | {r['newton']} | "
+            f"{r['evidence']:.2f} | {r['exact']:.2f} | {show(r['gauss'])} | {show(end)} | "
+            f"{r['valid']} |"
+        )
+    return "\n".join(lines)
+
+
+def process_cells(max_n=200):
+    """[(name, K, y)] of the StudentTProcessClassifier cells that do not converge, n <= max_n."""
+    out = []
+    for cell in _stress().cells():
+        if cell.estimator != "StudentTProcessClassifier" or len(cell.y) > max_n:
+            continue
+        est = cell.make()
+        if est.kernel is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(cell.X, cell.y)
+        if not est.converged_:
+            out.append((cell.name, est.kernel_(cell.X), cell.y.astype(float)))
+    return out
+
+
+def process_row(name, K, y, df=DF, eps=0.0):
+    """Newton's method from 11 starts and the trust-region method, for df and for df = inf;
+    the Gaussian-process EP fixed point (damped sweeps polished by Newton's method to 1e-6)
+    followed in log df down to df: the end of that branch and sigma_min there."""
+    from robustep.tep.process import process_posterior, process_tep
+
+    n = y.size
+
+    def make(tau, nu):
+        return process_posterior(K, tau, nu)
+
+    row = {"cell": name, "n": n}
+    for model_df in (np.inf, df):
+        starts = [(np.zeros(n), np.zeros(n))]
+        for damping in (0.5, 0.9):
+            tau = nu = None
+            for _ in range(5):
+                with np.errstate(all="ignore"):
+                    tau, nu, post, _ = process_tep(
+                        K, y, df=model_df, eps=eps, max_iter=1, damping=damping, tau=tau, nu=nu
+                    )
+                if post is None:
+                    break
+                starts.append((tau, nu))
+        found = any(
+            solve_fixed_point(make, y, model_df, eps, n, *start, tol=1e-6) is not None
+            for start in starts
+        ) or (len(starts) > 1 and solve_fixed_point(
+            make, y, model_df, eps, n, *starts[1], tol=1e-6, max_newton=100, method="dogbox"
+        ) is not None)  # fmt: skip
+        row["found df=inf" if np.isinf(model_df) else "found df"] = found
+    with np.errstate(all="ignore"):
+        tau, nu, _, info = process_tep(
+            K, y, df=np.inf, eps=eps, max_iter=3000, damping=0.5, adaptive=True, tol=1e-12
+        )
+    start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6)
+    row.update(gp_ep=start is not None, end=None, sv=None)
+    if start is not None:
+        bottom = np.log(df)
+        tau, nu, post, x = follow_fixed_point(
+            make, y, n, start[0], start[1],
+            lambda ld: (df if ld == bottom else float(np.exp(ld)), eps),
+            np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000,
+        )  # fmt: skip
+        row["end"] = df if x == bottom else float(np.exp(x))
+        if post is not None:
+            row["sv"] = _smallest_singular_value_eps(post, tau, nu, y, row["end"], n, eps)
+    print(row, flush=True)
+    return row
+
+
+def _smallest_singular_value_eps(post, tau, nu, y, df, k, eps):
+    jac = site_map_jacobian(post, tau, nu, y, df, eps, k)
+    jac[np.diag_indices(jac.shape[0])] -= 1.0
+    return float(np.linalg.svd(jac, compute_uv=False)[-1])
+
+
+def format_process_rows(rows):
+    lines = [
+        "| cell | n | fixed point found, df = inf | fixed point found, df = 10 | GP-EP fixed "
+        "point | its branch in df ends at |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        end = "-"
+        if r["end"] is not None:
+            sv = "" if r["sv"] is None else f" (σ_min {r['sv']:.1g})"
+            end = "df = 10 (reached)" if r["end"] <= DF else f"fold at df* = {r['end']:.4g}{sv}"
+        lines.append(
+            f"| {r['cell']} | {r['n']} | {r['found df=inf']} | {r['found df']} | "
+            f"{r['gp_ep']} | {end} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--names", nargs="*", default=None, help="cell names (default: all)")
+    parser.add_argument(
+        "--process", action="store_true",
+        help="the StudentTProcessClassifier cells (n <= 200) that do not converge instead",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.process:
+        rows = [
+            process_row(name, K, y)
+            for name, K, y in process_cells()
+            if not args.names or name in args.names
+        ]
+        print(format_process_rows(rows))
+        return
+    print(format_rows(run(args.names)))
+
+
+if __name__ == "__main__":
+    main()
