@@ -26,6 +26,7 @@ from robustep.estimators._binary import (
     BinaryCore,
     BinaryFit,
     fitted_attributes,
+    fix_amplitude,
     log_evidence,
     run_inference,
 )
@@ -276,6 +277,8 @@ def fit_dense(params, X, y, likelihood, kernel, like=None):
     from robustep._config import blas_thread_limit
 
     rep = representation(like, getattr(params, "prior", "dense"), params.method)
+    if params.likelihood == "step":
+        kernel = fix_amplitude(kernel)  # the step evidence does not depend on it
     core = DenseBinaryCore(params, X, y, likelihood, kernel, rep)
     search, res, prior = None, None, None
     # BLAS threads as robustep.config(blas_threads=...) says (one thread for n <= 2000
