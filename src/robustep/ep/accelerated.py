@@ -89,6 +89,7 @@ def accelerated_expectation_propagation(
     warmup=20,
     damping=0.6,
     window=20,
+    warm_window=10,
     max_iter=1000,
     tol=1e-4,
     init=None,
@@ -104,6 +105,8 @@ def accelerated_expectation_propagation(
     warmup : int >= 0, robust damped sweeps before the first extrapolation.
     damping : float in [0, 1), the damping of the warm-up and fallback sweeps.
     window : int >= 1, the hover rule's window in sweeps (None: no hover rule).
+    warm_window : int >= 1, the same for a run from a warm start (``init`` with nonzero
+        sites), which is then repeated from zero sites when it hovers or is blocked.
     max_iter : sweeps at most; tol : the site tolerance, as
         :func:`robustep.ep.expectation_propagation`.
     init : None (zero sites), a ``(site_precision, site_shift)`` pair or an EPResult.
@@ -131,7 +134,8 @@ def accelerated_expectation_propagation(
     warm = bool(np.any(ev.precision))
     try:
         # a warm start has its sites' signs and sizes already: no warm-up
-        ev, status = _iterate(ctx, ev, memory, 0 if warm else warmup, window, damping)
+        ev, status = _iterate(ctx, ev, memory, 0 if warm else warmup,
+                              warm_window if warm else window, damping)  # fmt: skip
         heavier = damping
         for _ in range(_RESTARTS):
             if not (status == "blocked" or (warm and status == "stalled")):

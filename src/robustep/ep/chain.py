@@ -35,10 +35,11 @@ stopped when it hovers; it always runs the parallel schedule.
 
 With ``strategy.resume`` (the evaluations of a classifier's evidence search) and a warm
 start that is a converged result of this chain, the stages before the one it converged in
-are skipped, except stage ``"accelerated"``. Every stage starts from the caller's ``init`` (the previous evaluation's
-sites inside a hyperparameter search, else zero sites), not from where a failed stage
-stopped: the end state of an oscillating parallel run sits at the cavity limits, where the
-damped steps of stage 2 were blocked after a few sweeps (docs/reliability.md). The double
+are skipped, except stage ``"accelerated"``. Every stage starts from the caller's
+``init`` (the previous evaluation's sites inside a hyperparameter search, else zero
+sites), not from where a failed stage stopped: the end state of an oscillating parallel
+run sits at the cavity limits, where the damped steps of stage 2 were blocked after a few
+sweeps (docs/reliability.md). The double
 loop is the provably convergent form of EP (each inner step decreases the convex inner
 objective, each outer update the EP objective), but on a non-log-concave likelihood its
 line-search steps are short and it converges slowly; stage 2 is tried first because it
@@ -203,7 +204,8 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         opts = strategy.accelerated
         res = accelerated_expectation_propagation(
             K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
-            window=opts.window, max_iter=max_iter, tol=damped_tol, init=init,
+            window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
+            tol=damped_tol, init=init,
             max_factorisations=strategy.max_factorisations,
         )  # fmt: skip
         res.tol = damped_tol

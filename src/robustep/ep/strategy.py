@@ -286,6 +286,10 @@ class AcceleratedStage:
     window : int >= 1
         The stage stops when its smallest residual over the last ``window`` sweeps is not
         10% below the smallest over the ``window`` before.
+    warm_window : int >= 1
+        The same window for a run from a warm start, which then starts again from zero
+        sites (with the warm-up): a warm start from hyperparameters far away (an
+        optimiser's trial step) converged more slowly than zero sites.
 
     On the label-noise step likelihood (n = 200, 54 cells of benchmarks/stress.py's data
     at length-scales 0.3-1) memory 5 and 10 needed about the same sweeps; the warm-up at
@@ -298,9 +302,10 @@ class AcceleratedStage:
     warmup: int = 20
     damping: float = 0.6
     window: int = 20
+    warm_window: int = 10
 
     def __post_init__(self):
-        for name, low in (("memory", 1), ("warmup", 0), ("window", 1)):
+        for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1)):
             if not _is_int(getattr(self, name), low):
                 raise ValueError(
                     f"AcceleratedStage.{name} must be an integer >= {low}, "
@@ -387,8 +392,7 @@ class InferenceStrategy:
         unknown = [s for s in stages if s not in STAGE_NAMES]
         if unknown or not stages or len(set(stages)) != len(stages):
             raise ValueError(
-                f"stages must be distinct names from {STAGE_NAMES} (at least one), "
-                f"got {stages!r}"
+                f"stages must be distinct names from {STAGE_NAMES} (at least one), got {stages!r}"
             )
         object.__setattr__(self, "stages", tuple(stages))
         if not _is_int(self.max_iter, 1):
