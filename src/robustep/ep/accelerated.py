@@ -132,9 +132,10 @@ def accelerated_expectation_propagation(
         ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
     ctx.last, ctx.max_factorisations = ev, max_factorisations
     warm = bool(np.any(ev.precision))
+    mem = _Memory(memory)
     try:
         # a warm start has its sites' signs and sizes already: no warm-up
-        ev, status = _iterate(ctx, ev, memory, 0 if warm else warmup,
+        ev, status = _iterate(ctx, ev, mem, 0 if warm else warmup,
                               warm_window if warm else window, damping)  # fmt: skip
         heavier = damping
         for _ in range(_RESTARTS):
@@ -146,8 +147,9 @@ def accelerated_expectation_propagation(
             if not warm:
                 heavier = 0.5 * (1.0 + heavier)
             warm = False
+            mem.clear()
             start = _evaluate(ctx, np.zeros(n), np.zeros(n))
-            ev, status = _iterate(ctx, start, memory, warmup, window, heavier)
+            ev, status = _iterate(ctx, start, mem, warmup, window, heavier)
     except _OutOfFactorisations:
         ev, status = ctx.last, "max_factorisations"
     ctx.max_factorisations = None
@@ -162,12 +164,33 @@ def _hovers(residuals, window):
     return min(residuals[-window:]) > 0.9 * min(residuals[-2 * window : -window])
 
 
+class _Memory:
+    """The differences ΔX, ΔF (lists of (2n,) arrays, at most ``size``) and the last point
+    and residual of an Anderson run."""
+
+    def __init__(self, size):
+        self.size = size
+        self.dX, self.dF = [], []
+        self.x = self.f = None
+
+    def add(self, x, f):
+        if self.x is not None:
+            self.dX.append(x - self.x)
+            self.dF.append(f - self.f)
+            if len(self.dX) > self.size:
+                del self.dX[0], self.dF[0]
+        self.x, self.f = x, f
+
+    def clear(self):
+        self.dX, self.dF = [], []
+        self.x = self.f = None
+
+
 def _iterate(ctx, ev, memory, warmup, window, damping):
     """Sweeps from ``ev`` until convergence, the budget, the hover rule (over this call's
     sweeps after the first ``warmup``, which are damped by ``damping``, as are those that
     replace a rejected point; status "stalled") or a blocked damped sweep (status
-    "blocked"): (ev, status)."""
-    xs, fs = [], []  # the last memory + 1 points and residuals
+    "blocked"): (ev, status).  ``memory``: a :class:`_Memory`."""
     step = 1.0 - damping
     first = ctx.n_iter
     while True:
@@ -179,10 +202,9 @@ def _iterate(ctx, ev, memory, warmup, window, damping):
         if ctx.n_iter - first < warmup:
             new = None
         else:
-            new = _extrapolate(ctx, ev, xs, fs, memory)
+            new = _extrapolate(ctx, ev, memory)
         if new is None:  # a robust damped sweep
-            xs.clear()
-            fs.clear()
+            memory.clear()
             new, change, used = _damped_sweep(ctx, ev, step)
             if new is None:
                 return ev, "blocked"
@@ -194,20 +216,17 @@ def _iterate(ctx, ev, memory, warmup, window, damping):
         ctx.record(phase, ev, change, used)
 
 
-def _extrapolate(ctx, ev, xs, fs, memory):
-    """The Anderson point from ``ev`` and the memory (updated in place), evaluated; None
-    when it and its three pulls towards the plain proposal are invalid."""
+def _extrapolate(ctx, ev, memory):
+    """The Anderson point from ``ev`` and ``memory`` (updated), evaluated; None when it and
+    its three pulls towards the plain proposal are invalid."""
     x = np.concatenate([ev.precision, ev.shift])
     proposal = np.concatenate([ev.proposal_precision, ev.proposal_shift])
     f = proposal - x
-    xs.append(x)
-    fs.append(f)
-    if len(xs) > memory + 1:
-        del xs[0], fs[0]
+    memory.add(x, f)
     point = proposal
-    if len(xs) > 1:
-        dF = np.diff(np.asarray(fs), axis=0)  # (m, 2n)
-        dG = np.diff(np.asarray(xs), axis=0) + dF
+    if memory.dF:
+        dF = np.asarray(memory.dF)  # (m, 2n)
+        dG = np.asarray(memory.dX) + dF
         gram = dF @ dF.T
         gram[np.diag_indices_from(gram)] += _RIDGE * np.trace(gram) + np.finfo(float).tiny
         try:
