@@ -135,3 +135,23 @@ def test_strategy_with_the_accelerated_stage():
     assert [name for name, *_ in skipped.methods_tried] == ["damped"]
     message = failure_message([("accelerated", False, 40, 2.0)], 1e-4, strategy)
     assert "Anderson-accelerated parallel EP (memory 5) (40 iterations" in message
+
+
+def test_a_warm_start_with_an_invalid_posterior_keeps_its_halved_sites():
+    """Warm sites whose negative precisions are too strong for the prior (the converged
+    sites with the negative ones scaled by 50): the negative sites are halved until the
+    posterior is valid, and the run goes on from there as a warm start (no damped warm-up
+    from zero sites), to the fixed point found from zero sites."""
+    K, y = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    cold = accelerated_expectation_propagation(K, y, lik)
+    precision, shift = cold.site_precision.copy(), cold.site_shift.copy()
+    negative = precision < 0
+    assert negative.any()
+    precision[negative] *= 50.0
+    shift[negative] *= 50.0
+    with pytest.raises(Exception, match="indefinite|positive definite|invalid"):
+        K.posterior(precision, shift)
+    warm = accelerated_expectation_propagation(K, y, lik, init=(precision, shift))
+    assert warm.converged and warm.history["phase"][0] == "accelerated"
+    np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-7)

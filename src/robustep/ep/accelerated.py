@@ -49,6 +49,8 @@ __all__ = ["accelerated_expectation_propagation"]
 _RIDGE = 1e-10
 #: times a rejected point is moved halfway towards the plain proposal
 _SHRINKS = 3
+#: times the negative sites of a warm start that gives an invalid posterior are halved
+_WARM_HALVINGS = 10
 #: runs from zero sites after a blocked run (or a warm start that failed)
 _RESTARTS = 2
 #: times a damped sweep's step is halved before the sweep counts as blocked: a state whose
@@ -125,11 +127,7 @@ def accelerated_expectation_propagation(
     ctx = _Context(prior, y, likelihood, moment_matching_update, 1.0, float(damping),
                    float(tol), int(max_iter), None)  # fmt: skip
     ctx.stopped_by_callback = True  # the caller reports non-convergence
-    precision, shift = _initial_sites(init, n)
-    try:
-        ev = _evaluate(ctx, precision, shift)
-    except InvalidSiteConfiguration:
-        ev = _evaluate(ctx, np.zeros(n), np.zeros(n))
+    ev = _warm_start(ctx, *_initial_sites(init, n))
     ctx.last, ctx.max_factorisations = ev, max_factorisations
     warm = bool(np.any(ev.precision))
     mem = _Memory(memory)
@@ -155,6 +153,26 @@ def accelerated_expectation_propagation(
     ctx.max_factorisations = None
     result = _finish(ctx, ev, status)
     return result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
+
+
+def _warm_start(ctx, precision, shift):
+    """The evaluation of the initial sites; where they give an invalid posterior (a warm
+    start from other hyperparameters whose negative sites are too strong for this prior),
+    the negative sites halved until it is valid (``_WARM_HALVINGS`` times at most, as the
+    engine repairs improper cavities, docs/derivations/double_loop.md eq. S3), else zero
+    sites."""
+    negative = precision < 0
+    for _ in range(_WARM_HALVINGS + 1):
+        try:
+            return _evaluate(ctx, precision, shift)
+        except InvalidSiteConfiguration:
+            if not np.any(negative):
+                break
+            precision, shift = precision.copy(), shift.copy()
+            precision[negative] *= 0.5
+            shift[negative] *= 0.5
+    n = precision.size
+    return _evaluate(ctx, np.zeros(n), np.zeros(n))
 
 
 def _hovers(residuals, window):
