@@ -292,10 +292,9 @@ class AcceleratedStage:
         optimiser's trial step) converged more slowly than zero sites.
 
     On the label-noise step likelihood (n = 200, 54 cells of benchmarks/stress.py's data
-    at length-scales 0.3-1) memory 5 and 10 needed about the same sweeps; the warm-up at
-    damping 0.8 halved the runs that failed (all at the length-scale 1 of the default
-    starting kernel), and with windows of 20 a failing run costs at most about 40
-    sweeps (docs/reliability.md, "Cost of the step classifier").
+    at length-scales 0.3-1, from zero sites) memory 5 and 10 needed about the same sweeps
+    (median 29), and 20 warm-up sweeps at damping 0.6 left fewer runs unconverged than 10
+    at 0.8 (docs/reliability.md, "Cost of the step classifier").
     """
 
     memory: int = 5
