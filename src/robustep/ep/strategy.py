@@ -349,10 +349,10 @@ class InferenceStrategy:
         ``"fractional"``).
     damped_tol : float > 0 or None
         Site tolerance of stages ``"damped"`` and ``"accelerated"`` (None: the run's
-        ``tol``).  Damped sweeps
-        converge linearly at a rate near the damping, so a looser tolerance saves most of
-        their sweeps; :meth:`search_stages` sets it for the evaluations of a search, whose
-        best state the final fit then refines to the estimator's ``tol``.
+        ``tol``).  Damped sweeps converge linearly at a rate near the damping, so a looser
+        tolerance saves most of their sweeps; :meth:`search_stages` sets it for the
+        evaluations of a search, whose best state the final fit then refines to the
+        estimator's ``tol``.
     resume : bool
         When the warm start is a result of this chain (it has ``method_used``), begin at
         the stage that result converged in, skipping the stages before it (except
@@ -510,9 +510,8 @@ class InferenceStrategy:
         """This strategy for the evaluations of an evidence search: the same budgets, only
         the stages that look for EP's fixed point by parallel sweeps (``"ep"``,
         ``"accelerated"``, ``"damped"``), stages ``"damped"`` and ``"accelerated"`` to
-        ``damped_tol`` (None: the run's tol), and
-        ``resume``: a warm start from the previous evaluation begins at the stage that
-        converged there.
+        ``damped_tol`` (None: the run's tol), and ``resume``: a warm start from the
+        previous evaluation begins at the stage that converged there.
 
         The double loop is left out because an evaluation that needs it is better
         abandoned (the search backs off) than paid for with up to ``2 * max_iter``
