@@ -99,9 +99,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         ``method_used_ == "power"`` (docs/reliability.md, "method='auto'").  With
         ``likelihood="step"`` the first stage is Anderson-accelerated parallel EP
         (``method_used_ == "accelerated"``, the same fixed points in fewer sweeps), and the
-        evidence search keeps the kernel amplitude (a ConstantKernel factor) fixed: the
-        step likelihood depends on f only through its sign, so the evidence does not
-        depend on it (docs/reliability.md, "Cost of the step classifier").
+        dense model's evidence search keeps the kernel amplitude (a ConstantKernel
+        factor) fixed: the step likelihood depends on f only through its sign, so the
+        evidence does not depend on it (docs/reliability.md, "Cost of the step
+        classifier").
         "ep": EP (robust parallel EP with the double-loop fallback of the engine);
         "damped": EP with damping
         ``damping`` (weight on the old site) or,
