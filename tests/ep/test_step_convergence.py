@@ -272,7 +272,7 @@ def _former_step_chain(monkeypatch):
     monkeypatch.setattr(strategy.InferenceStrategy, "auto", classmethod(without_acceleration))
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed):
     """XOR, 20% flips, n = 150: the fitted length-scale is a stationary point of the step
     EP evidence (central finite difference at full EP tolerance ~0, against a slope of
