@@ -259,7 +259,7 @@ def test_step_evidence_and_predictions_do_not_depend_on_the_amplitude():
     assert fixed.kernel_.theta.shape == (2,)
 
 
-def _former_step_chain(monkeypatch):
+def _step_chain_without_acceleration(monkeypatch):
     """Make the classifier run the step likelihood's chain without stage "accelerated"
     (parallel EP, then damping 0.5 and 0.8): the reference path of the evidence search."""
     from robustep.ep import strategy
@@ -289,12 +289,12 @@ def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed)
     slope /= 2.0 * h
     start_slope = est.log_marginal_likelihood(np.zeros(1), eval_gradient=True)[1][0]
     assert abs(start_slope) > 1.0 and abs(slope) < 1e-2 * abs(start_slope)
-    _former_step_chain(monkeypatch)
-    former = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
-    assert former.converged_ and former.method_used_ != "accelerated"
-    np.testing.assert_allclose(est.kernel_.theta, former.kernel_.theta, atol=5e-3)
+    _step_chain_without_acceleration(monkeypatch)
+    plain = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert plain.converged_ and plain.method_used_ != "accelerated"
+    np.testing.assert_allclose(est.kernel_.theta, plain.kernel_.theta, atol=5e-3)
     np.testing.assert_allclose(est.log_marginal_likelihood_value_,
-                               former.log_marginal_likelihood_value_, rtol=1e-6)  # fmt: skip
+                               plain.log_marginal_likelihood_value_, rtol=1e-6)  # fmt: skip
 
 
 def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flips():
