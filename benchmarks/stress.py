@@ -401,6 +401,15 @@ def _auto_trial(max_iter):
     return InferenceStrategy.auto(max_iter, trial_damping=0.5)
 
 
+def _auto_accelerated(max_iter):
+    """The classifier's chain for the step likelihood: Anderson-accelerated parallel EP,
+    then stage "damped" with damping 0.5 first
+    (``InferenceStrategy.auto(max_iter, trial_damping=0.5, accelerate=True)``)."""
+    from robustep.ep import InferenceStrategy
+
+    return InferenceStrategy.auto(max_iter, trial_damping=0.5, accelerate=True)
+
+
 def _search(max_iter):
     """The chain of a hyperparameter-search evaluation at the default search budgets."""
     from robustep.ep import InferenceStrategy
@@ -418,6 +427,7 @@ STEP_CANDIDATES = {
     "old auto": _old_auto,
     "classifier": "classifier",
     "auto trial 0.5": _auto_trial,
+    "auto accelerated": _auto_accelerated,
     "search": _search,
     "ep": {},
     "damped 0.8": {"damping": 0.8, "double_loop": False},

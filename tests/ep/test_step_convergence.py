@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
 from robustep.ep import AdaptiveDamping, InferenceStrategy, expectation_propagation, run_chain
@@ -208,3 +209,108 @@ def test_resume_begins_at_the_stage_the_warm_start_converged_in():
     sites = (first.site_precision, first.site_shift)
     pair = run_chain(K, y, lik, _ep_and_damped(resume=True), init=sites)
     assert [name for name, *_ in pair.methods_tried][0] == "ep"
+
+
+def _step_data(boundary, n, flip, seed):
+    X, y = _stress().step_noise_data(boundary, n, flip, seed)
+    return X, np.where(y > 0, 1, 0)
+
+
+def test_step_evidence_and_predictions_do_not_depend_on_the_amplitude():
+    """ε + (1 - 2ε) Θ(y f) depends on f only through its sign: with the kernel amplitude
+    scaled by 10, EP's log evidence and the predictive probabilities are unchanged (the
+    probit's are not); the fitted step classifier keeps the amplitude fixed at its start."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from robustep import GPClassifier
+
+    X, y = _step_data("xor", 150, 0.2, 0)
+    X_test = np.random.default_rng(1).uniform(-1.0, 1.0, size=(50, 2))
+    fits = {}
+    for likelihood, eps in (("step", 0.2), ("probit", 0.0)):
+        for s2 in (0.5, 5.0):
+            kernel = ConstantKernel(s2) * RBF(0.5)
+            fits[likelihood, s2] = GPClassifier(
+                kernel, likelihood=likelihood, label_noise=eps, optimizer=None, tol=1e-9
+            ).fit(X, y)
+    small, large = fits["step", 0.5], fits["step", 5.0]
+    assert small.converged_ and large.converged_
+    np.testing.assert_allclose(
+        small.log_marginal_likelihood_value_, large.log_marginal_likelihood_value_, rtol=1e-8
+    )
+    np.testing.assert_allclose(small.predict_proba(X_test), large.predict_proba(X_test),
+                               atol=1e-8)  # fmt: skip
+    # the sites scale with the amplitude: tau~ / 10, nu~ / sqrt(10)
+    np.testing.assert_allclose(large.site_precision_ * 10.0, small.site_precision_,
+                               rtol=1e-5, atol=1e-8)  # fmt: skip
+    probit_small, probit_large = fits["probit", 0.5], fits["probit", 5.0]
+    gap = probit_small.log_marginal_likelihood_value_ - probit_large.log_marginal_likelihood_value_
+    assert abs(gap) > 1.0
+    # the evidence search: the amplitude fixed (one coordinate, the length-scale), the
+    # probit's searched
+    step = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    amplitude = step.kernel_.k1
+    assert amplitude.hyperparameter_constant_value.fixed and amplitude.constant_value == 1.0
+    assert step.kernel_.theta.shape == (1,) and step.optimizer_result_.moved
+    assert GPClassifier().fit(X, y).kernel_.theta.shape == (2,)
+    # a kernel given without a search keeps its amplitude free
+    fixed = GPClassifier(ConstantKernel(2.0) * RBF(0.5), likelihood="step", label_noise=0.2,
+                         optimizer=None).fit(X, y)  # fmt: skip
+    assert fixed.kernel_.theta.shape == (2,)
+
+
+def _step_chain_without_acceleration(monkeypatch):
+    """Make the classifier run the step likelihood's chain without stage "accelerated"
+    (parallel EP, then damping 0.5 and 0.8): the reference path of the evidence search."""
+    from robustep.ep import strategy
+
+    auto = strategy.InferenceStrategy.auto.__func__
+
+    def without_acceleration(cls, max_iter=1000, trial_damping=None, accelerate=False):
+        return auto(cls, max_iter, trial_damping=trial_damping, accelerate=False)
+
+    monkeypatch.setattr(strategy.InferenceStrategy, "auto", classmethod(without_acceleration))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed):
+    """XOR, 20% flips, n = 150: the fitted length-scale is a stationary point of the step
+    EP evidence (central finite difference at full EP tolerance ~0, against a slope of
+    about 2 nats per unit log length-scale at the start), the search converged, and it is
+    the optimum that the chain without stage "accelerated" finds."""
+    from robustep import GPClassifier
+
+    X, y = _step_data("xor", 150, 0.2, seed)
+    est = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert est.converged_ and est.method_used_ == "accelerated"
+    assert "CONVERGENCE" in est.optimizer_result_.message
+    theta, h = est.kernel_.theta, 1e-3
+    slope = est.log_marginal_likelihood(theta + h) - est.log_marginal_likelihood(theta - h)
+    slope /= 2.0 * h
+    start_slope = est.log_marginal_likelihood(np.zeros(1), eval_gradient=True)[1][0]
+    assert abs(start_slope) > 1.0 and abs(slope) < 1e-2 * abs(start_slope)
+    _step_chain_without_acceleration(monkeypatch)
+    plain = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert plain.converged_ and plain.method_used_ != "accelerated"
+    np.testing.assert_allclose(est.kernel_.theta, plain.kernel_.theta, atol=5e-3)
+    np.testing.assert_allclose(est.log_marginal_likelihood_value_,
+                               plain.log_marginal_likelihood_value_, rtol=1e-6)  # fmt: skip
+
+
+def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flips():
+    """XOR, 20% flips, n = 200 (seed 5 of benchmarks/stress.py --step-noise), ε = 0.2 and
+    the defaults: no ConvergenceWarning, converged in stage "accelerated", and the kernel
+    optimised (the length-scale moves from 1 to about 0.68)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from robustep import GPClassifier
+
+    X, y = _step_data("xor", 200, 0.2, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert est.converged_ and est.method_used_ == "accelerated"
+    assert est.optimizer_result_.moved and est.optimizer_result_.n_failures == 0
+    np.testing.assert_allclose(est.kernel_.k2.length_scale, 0.683, rtol=1e-2)

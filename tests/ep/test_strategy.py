@@ -370,9 +370,10 @@ def test_search_stages_keep_eps_fixed_point_stages_only():
 
 def test_classifier_search_runs_the_search_stages(monkeypatch):
     """GPClassifier(likelihood="step"): every evaluation of the evidence search runs the
-    search stages (no double loop, no power EP) with the damped stage to the search
-    tolerance and damping 0.5 tried first; the fit's final state meets the estimator's tol.
-    The probit classifier gets no trial damping."""
+    search stages (Anderson-accelerated parallel EP, then damped EP; no double loop, no
+    power EP) to the search tolerance, damping 0.5 tried first in the damped stage; the
+    fit's final state meets the estimator's tol.  The probit classifier's chain starts
+    with plain parallel EP and gets no trial damping."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-1.0, 1.0, size=(80, 2))
     y = np.where(X[:, 0] * X[:, 1] > 0, 1, 0)
@@ -391,9 +392,10 @@ def test_classifier_search_runs_the_search_stages(monkeypatch):
     search = [s for s, _ in calls if s.resume]
     assert len(search) >= 3
     for strategy in search:
-        assert strategy.stages == ("ep", "damped") and strategy.trial_damping == 0.5
+        assert strategy.stages == ("accelerated", "damped") and strategy.trial_damping == 0.5
         assert strategy.damped_tol == robustep.get_config().search_tol
     assert clf.converged_ and clf._state.result.tol == clf.tol
     calls.clear()
     robustep.GPClassifier().fit(X, y)
     assert calls and all(s.trial_damping is None for s, _ in calls)
+    assert all(s.stages[0] == "ep" for s, _ in calls)

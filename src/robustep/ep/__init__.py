@@ -1,5 +1,6 @@
 """Expectation propagation engine for latent Gaussian (GP) models."""
 
+from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.ep.chain import auto_expectation_propagation, run_chain
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.evidence import ep_objective, log_Z_gradient
@@ -25,6 +26,7 @@ __all__ = [
     "DoubleLoop",
     "EPResult",
     "InferenceStrategy",
+    "accelerated_expectation_propagation",
     "auto_expectation_propagation",
     "run_chain",
     "ep_objective",

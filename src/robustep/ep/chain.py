@@ -27,12 +27,19 @@ converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceSt
    approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
    a result of this stage reports ``method_used = "power"``.
 
+A strategy may name stage ``"accelerated"`` (:meth:`InferenceStrategy.auto
+<robustep.ep.strategy.InferenceStrategy.auto>` with ``accelerate=True``, the label-noise
+step likelihood's chain, in place of stage 1): parallel EP with Anderson mixing
+(:mod:`robustep.ep.accelerated`), the same fixed points in a fraction of the sweeps,
+stopped when it hovers; it always runs the parallel schedule.
+
 With ``strategy.resume`` (the evaluations of a classifier's evidence search) and a warm
 start that is a converged result of this chain, the stages before the one it converged in
-are skipped. Every stage starts from the caller's ``init`` (the previous evaluation's
-sites inside a hyperparameter search, else zero sites), not from where a failed stage
-stopped: the end state of an oscillating parallel run sits at the cavity limits, where the
-damped steps of stage 2 were blocked after a few sweeps (docs/reliability.md). The double
+are skipped, except stage ``"accelerated"``. Every stage starts from the caller's
+``init`` (the previous evaluation's sites inside a hyperparameter search, else zero
+sites), not from where a failed stage stopped: the end state of an oscillating parallel
+run sits at the cavity limits, where the damped steps of stage 2 were blocked after a few
+sweeps (docs/reliability.md). The double
 loop is the provably convergent form of EP (each inner step decreases the convex inner
 objective, each outer update the EP objective), but on a non-log-concave likelihood its
 line-search steps are short and it converges slowly; stage 2 is tried first because it
@@ -58,6 +65,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep._warnings import warn
+from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.strategy import AdaptiveDamping, DoubleLoop, InferenceStrategy
 from robustep.ep.subset_start import resolve_subset_start
@@ -191,6 +199,19 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res.n_iter += trial_sweeps
         return res
 
+    def accelerated():  # stage "accelerated": Anderson mixing of parallel EP sweeps
+        nonlocal total
+        opts = strategy.accelerated
+        res = accelerated_expectation_propagation(
+            K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
+            window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
+            tol=damped_tol, init=init,
+            max_factorisations=strategy.max_factorisations,
+        )  # fmt: skip
+        res.tol = damped_tol
+        total += int(res.n_iter)
+        return res
+
     def power():  # stage "power": plain damped sweeps of power EP, another approximation
         return run(
             schedule=schedule,
@@ -209,11 +230,20 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             init=init,
         )
 
-    stages = {"ep": parallel, "damped": damped, "power": power, "double_loop": double_loop}
+    stages = {
+        "ep": parallel,
+        "accelerated": accelerated,
+        "damped": damped,
+        "power": power,
+        "double_loop": double_loop,
+    }
     order = strategy.stages
     previous = getattr(init, "method_used", None)
     if strategy.resume and previous in order and getattr(init, "converged", False):
-        order = order[order.index(previous) :]
+        # stage "accelerated" stays: it fails cheaply (its hover rule) and, where it
+        # converges, needs a fraction of stage "damped"'s sweeps
+        skipped = order[: order.index(previous)]
+        order = tuple(s for s in order if s not in skipped or s == "accelerated")
     for name in order:
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
@@ -287,6 +317,7 @@ def failure_message(tried, tol, strategy=None):
         damped = f"damped EP with adaptive damping from {policy.start:g}"
     description = {
         "ep": "parallel EP",
+        "accelerated": f"Anderson-accelerated parallel EP (memory {strategy.accelerated.memory})",
         "damped": damped,
         "power": f"power EP (alpha {power.power:g}, damping {power.damping:g}; a different "
         "approximation)",

@@ -4,12 +4,16 @@ An :class:`InferenceStrategy` is the one value an inference core receives.  It n
 
 * the stages of the ``method="auto"`` chain (:mod:`robustep.ep.chain`) and their order:
   ``"ep"`` (parallel EP stopped when it stalls), ``"damped"`` (damped parallel EP),
-  ``"power"`` (damped parallel power EP, a different approximation) and ``"double_loop"``
-  (Heskes & Zoeter 2002; Jylänki et al. 2011 §4);
+  ``"power"`` (damped parallel power EP, a different approximation), ``"double_loop"``
+  (Heskes & Zoeter 2002; Jylänki et al. 2011 §4) and ``"accelerated"`` (Anderson-accelerated
+  parallel EP, :mod:`robustep.ep.accelerated`; the label-noise step likelihood's first
+  stage);
 * the stall rule of the ``"ep"`` stage (``patience``);
 * the damping policy of the ``"damped"`` stage (:class:`AdaptiveDamping`; a block as long
   as the budget gives plain damped sweeps);
 * the power and damping of the ``"power"`` stage (:class:`PowerStage`);
+* the memory, warm-up and hover window of the ``"accelerated"`` stage
+  (:class:`AcceleratedStage`);
 * the options of the double-loop stage, and of a method that runs the engine once
   (:class:`DoubleLoop`);
 * the run budget: ``max_iter`` sweeps and ``max_factorisations`` posterior factorisations
@@ -47,6 +51,8 @@ import numpy as np
 
 __all__ = [
     "STAGES",
+    "STAGE_NAMES",
+    "AcceleratedStage",
     "AdaptiveDamping",
     "DampingSchedule",
     "DoubleLoop",
@@ -56,6 +62,8 @@ __all__ = [
 
 #: the stages of the ``method="auto"`` chain, in the order of :meth:`InferenceStrategy.auto`
 STAGES = ("ep", "damped", "double_loop", "power")
+#: every stage a strategy may name: :data:`STAGES` and ``"accelerated"``
+STAGE_NAMES = (*STAGES, "accelerated")
 
 _ENGINE_DOUBLE_LOOP = {"on_stall": None, "after_init": True, "off": False, "stop_on_stall": "never"}
 
@@ -263,12 +271,56 @@ class PowerStage:
 
 
 @dataclasses.dataclass(frozen=True)
+class AcceleratedStage:
+    """Stage ``"accelerated"`` of the chain: parallel EP with Anderson mixing
+    (:func:`robustep.ep.accelerated.accelerated_expectation_propagation`).
+
+    Attributes
+    ----------
+    memory : int >= 1
+        Residual differences kept for the extrapolation.
+    warmup : int >= 0
+        Robust damped sweeps before the first extrapolation.
+    damping : float in [0, 1)
+        Damping of the warm-up sweeps and of the sweeps that replace a rejected point.
+    window : int >= 1
+        The stage stops when its smallest residual over the last ``window`` sweeps is not
+        10% below the smallest over the ``window`` before.
+    warm_window : int >= 1
+        The same window for a run from a warm start, which then starts again from zero
+        sites (with the warm-up): a warm start from hyperparameters far away (an
+        optimiser's trial step) converged more slowly than zero sites.
+
+    On the label-noise step likelihood (n = 200, 54 cells of benchmarks/stress.py's data
+    at length-scales 0.3-1, from zero sites) memory 5 and 10 needed about the same sweeps
+    (median 29), and 20 warm-up sweeps at damping 0.6 left fewer runs unconverged than 10
+    at 0.8 (docs/reliability.md, "Cost of the step classifier").
+    """
+
+    memory: int = 5
+    warmup: int = 20
+    damping: float = 0.6
+    window: int = 20
+    warm_window: int = 10
+
+    def __post_init__(self):
+        for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1)):
+            if not _is_int(getattr(self, name), low):
+                raise ValueError(
+                    f"AcceleratedStage.{name} must be an integer >= {low}, "
+                    f"got {getattr(self, name)!r}"
+                )
+        if not _is_fraction(self.damping, 0.0, 1.0, False):
+            raise ValueError(f"AcceleratedStage.damping must be in [0, 1), got {self.damping!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class InferenceStrategy:
     """Which EP algorithms an inference runs, in which order, and its budget.
 
     Attributes
     ----------
-    stages : tuple of "ep", "damped", "power", "double_loop"
+    stages : tuple of "ep", "damped", "power", "double_loop", "accelerated"
         The stages of the ``method="auto"`` chain, in the order they are tried
         (:func:`robustep.ep.chain.run_chain`); each starts from the caller's warm start.
     max_iter : int >= 1
@@ -284,6 +336,8 @@ class InferenceStrategy:
         The policy of stage ``"damped"``.
     power : PowerStage
         The power and damping of stage ``"power"``.
+    accelerated : AcceleratedStage
+        The options of stage ``"accelerated"``.
     fallback : DoubleLoop
         The engine options of stage ``"double_loop"`` (its mode must switch to the double
         loop: "after_init" or "on_stall").
@@ -294,15 +348,17 @@ class InferenceStrategy:
         The engine options of a method that runs the engine once (``method="ep"`` or
         ``"fractional"``).
     damped_tol : float > 0 or None
-        Site tolerance of stage ``"damped"`` (None: the run's ``tol``).  Damped sweeps
-        converge linearly at a rate near the damping, so a looser tolerance saves most of
-        their sweeps; :meth:`search_stages` sets it for the evaluations of a search, whose
-        best state the final fit then refines to the estimator's ``tol``.
+        Site tolerance of stages ``"damped"`` and ``"accelerated"`` (None: the run's
+        ``tol``).  Damped sweeps converge linearly at a rate near the damping, so a looser
+        tolerance saves most of their sweeps; :meth:`search_stages` sets it for the
+        evaluations of a search, whose best state the final fit then refines to the
+        estimator's ``tol``.
     resume : bool
         When the warm start is a result of this chain (it has ``method_used``), begin at
-        the stage that result converged in, skipping the stages before it: at nearby
-        hyperparameters they fail again (on the label-noise step likelihood stage "ep"
-        spent 20-70 sweeps per search evaluation before stage "damped" converged).
+        the stage that result converged in, skipping the stages before it (except
+        ``"accelerated"``, which fails cheaply): at nearby hyperparameters they fail again
+        (on the label-noise step likelihood stage "ep" spent 20-70 sweeps per search
+        evaluation before stage "damped" converged).
         :meth:`search_stages` sets it.
     trial_damping : float in [0, 1) or None
         Stage ``"damped"`` first tries plain sweeps at this lighter damping (at most
@@ -320,6 +376,7 @@ class InferenceStrategy:
     patience: int = 20
     damping: AdaptiveDamping = AdaptiveDamping()
     power: PowerStage = PowerStage()
+    accelerated: AcceleratedStage = AcceleratedStage()
     fallback: DoubleLoop = DoubleLoop("after_init", n_parallel_init=10, max_inner=10)
     fallback_factorisations: int | None = None
     single_run: DoubleLoop = DoubleLoop()
@@ -331,10 +388,10 @@ class InferenceStrategy:
         stages = self.stages
         if isinstance(stages, str) or not isinstance(stages, (tuple, list)):
             raise ValueError(f"stages must be a tuple of stage names, got {stages!r}")
-        unknown = [s for s in stages if s not in STAGES]
+        unknown = [s for s in stages if s not in STAGE_NAMES]
         if unknown or not stages or len(set(stages)) != len(stages):
             raise ValueError(
-                f"stages must be distinct names from {STAGES} (at least one), got {stages!r}"
+                f"stages must be distinct names from {STAGE_NAMES} (at least one), got {stages!r}"
             )
         object.__setattr__(self, "stages", tuple(stages))
         if not _is_int(self.max_iter, 1):
@@ -348,6 +405,8 @@ class InferenceStrategy:
             raise TypeError(f"damping must be an AdaptiveDamping, got {self.damping!r}")
         if not isinstance(self.power, PowerStage):
             raise TypeError(f"power must be a PowerStage, got {self.power!r}")
+        if not isinstance(self.accelerated, AcceleratedStage):
+            raise TypeError(f"accelerated must be an AcceleratedStage, got {self.accelerated!r}")
         ff = self.fallback_factorisations
         if ff is not None and not _is_int(ff, 0):
             raise ValueError(f"fallback_factorisations must be None or an integer >= 0, got {ff!r}")
@@ -390,7 +449,9 @@ class InferenceStrategy:
         return AdaptiveDamping(start=0.8, block=int(max_iter) if _is_int(max_iter, 1) else 1)
 
     @classmethod
-    def auto(cls, max_iter: int = 1000, trial_damping: float | None = None) -> InferenceStrategy:
+    def auto(
+        cls, max_iter: int = 1000, trial_damping: float | None = None, accelerate: bool = False
+    ) -> InferenceStrategy:
         """The estimators' ``method="auto"`` (docs/reliability.md, "method='auto'"):
 
         1. ``"ep"``: parallel EP, stopped when it stalls (patience 20);
@@ -402,12 +463,16 @@ class InferenceStrategy:
 
         Each stage has ``max_iter`` sweeps; stages 1, 2 and 4 no factorisation limit.
         ``trial_damping``: stage 2 first tries this lighter damping (the attribute).
+        ``accelerate``: stage 1 is ``"accelerated"`` instead of ``"ep"`` (Anderson-accelerated
+        parallel EP, :class:`AcceleratedStage`; for the label-noise step likelihood, where
+        it converged in 20-50 sweeps where damped EP needed 100-700).
         Stages 1-3 look for EP's fixed point, cheapest first (measured on the hard cells of
         benchmarks/stress.py); power EP comes last because it changes the approximation:
         it is used only where none of them finds EP's fixed point.
         """
+        first = "accelerated" if accelerate else "ep"
         return cls(
-            stages=STAGES,
+            stages=(first, *STAGES[1:]),
             max_iter=max_iter,
             damping=cls._damped_stage(max_iter),
             power=PowerStage(power=0.5, damping=0.5),
@@ -444,9 +509,9 @@ class InferenceStrategy:
     def search_stages(self, damped_tol: float | None = None) -> InferenceStrategy:
         """This strategy for the evaluations of an evidence search: the same budgets, only
         the stages that look for EP's fixed point by parallel sweeps (``"ep"``,
-        ``"damped"``), stage ``"damped"`` to ``damped_tol`` (None: the run's tol), and
-        ``resume``: a warm start from the previous evaluation begins at the stage that
-        converged there.
+        ``"accelerated"``, ``"damped"``), stages ``"damped"`` and ``"accelerated"`` to
+        ``damped_tol`` (None: the run's tol), and ``resume``: a warm start from the
+        previous evaluation begins at the stage that converged there.
 
         The double loop is left out because an evaluation that needs it is better
         abandoned (the search backs off) than paid for with up to ``2 * max_iter``
@@ -455,7 +520,7 @@ class InferenceStrategy:
         likelihood a failing evaluation of the classifier's search ran both for nothing
         (docs/reliability.md, "The label-noise step likelihood").
         """
-        stages = tuple(s for s in self.stages if s in ("ep", "damped"))
+        stages = tuple(s for s in self.stages if s in ("ep", "accelerated", "damped"))
         return dataclasses.replace(
             self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True
         )

@@ -25,6 +25,7 @@ from robustep.posterior import DensePrior
 __all__ = [
     "BinaryCore",
     "BinaryFit",
+    "fix_amplitude",
     "fitted_attributes",
     "log_evidence",
     "make_likelihood",
@@ -39,6 +40,38 @@ def starting_kernel(kernel):
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
     return ConstantKernel(1.0) * RBF(1.0) if kernel is None else clone(kernel)
+
+
+def fix_amplitude(kernel):
+    """``kernel`` with its amplitude fixed, for the label-noise step likelihood.
+
+    p(y | f) = ε + (1 - 2ε) Θ(y f) depends on f only through its sign, so scaling the GP
+    by c (K -> c² K) changes neither the exact evidence nor EP's: EP's sites scale to
+    (τ̃/c², ν̃/c), its cavities and tilted moments scale with them, and log Z_EP and the
+    predictive probabilities ε + (1 - 2ε) Φ(μ*/σ*) are unchanged.  The amplitude is not
+    identified, so the evidence search keeps it at its starting value: for a product
+    with a ConstantKernel factor (``ConstantKernel(1.0) * RBF(1.0)``, the default) that
+    factor's ``constant_value_bounds`` become "fixed" (``kernel_`` shows it); other
+    kernels are returned unchanged.
+
+    Parameters
+    ----------
+    kernel : a scikit-learn kernel (not modified).
+
+    Returns
+    -------
+    A clone of ``kernel`` with the amplitude fixed, or ``kernel`` itself.
+    """
+    from sklearn.base import clone
+    from sklearn.gaussian_process.kernels import ConstantKernel, Product
+
+    if not isinstance(kernel, Product):
+        return kernel
+    for name in ("k1", "k2"):
+        part = getattr(kernel, name)
+        if isinstance(part, ConstantKernel) and not part.hyperparameter_constant_value.fixed:
+            return clone(kernel).set_params(**{f"{name}__constant_value_bounds": "fixed"})
+    return kernel
 
 
 def make_likelihood(params):
@@ -103,10 +136,14 @@ def run_inference(params, prior, y, likelihood, init=None, search=False):
     if params.method == "auto":  # parallel -> damped -> double loop (ep/chain.py)
         from robustep.ep import InferenceStrategy, run_chain
 
-        # the label-noise step likelihood: damping 0.5 first, 0.8 where it fails
-        # (InferenceStrategy.trial_damping; docs/reliability.md)
-        trial = 0.5 if params.likelihood == "step" else None
-        strategy = InferenceStrategy.auto(params.max_iter, trial_damping=trial)
+        # the label-noise step likelihood: Anderson-accelerated parallel EP first, then
+        # damping 0.5, then 0.8 (docs/reliability.md, "Cost of the step classifier")
+        step = params.likelihood == "step"
+        strategy = InferenceStrategy.auto(
+            params.max_iter,
+            trial_damping=0.5 if step else None,
+            accelerate=step and params.schedule == "parallel",
+        )
         if search:
             # damped sweeps to the search tolerance: the final fit refines the best state
             strategy = strategy.search_stages(damped_tol=get_config().search_tol)

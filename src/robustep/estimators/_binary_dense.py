@@ -22,10 +22,12 @@ from scipy import linalg
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
+from robustep._config import get_config
 from robustep.estimators._binary import (
     BinaryCore,
     BinaryFit,
     fitted_attributes,
+    fix_amplitude,
     log_evidence,
     run_inference,
 )
@@ -243,9 +245,14 @@ class DenseBinaryCore(BinaryCore):
         bounds = self.kernel.bounds
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
+        options = None
+        if params.likelihood == "step":
+            # the step evidence at the search tolerance is noisy at SciPy's default ftol
+            # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
+            options = {"ftol": get_config().search_ftol}
         return maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
-            warm_of=lambda state: self.warm_state(state[0]),
+            warm_of=lambda state: self.warm_state(state[0]), options=options,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):
@@ -276,12 +283,15 @@ def fit_dense(params, X, y, likelihood, kernel, like=None):
     from robustep._config import blas_thread_limit
 
     rep = representation(like, getattr(params, "prior", "dense"), params.method)
+    searched = params.optimizer is not None and kernel.n_dims > 0
+    if searched and params.likelihood == "step":
+        kernel = fix_amplitude(kernel)  # the step evidence does not depend on it
     core = DenseBinaryCore(params, X, y, likelihood, kernel, rep)
     search, res, prior = None, None, None
     # BLAS threads as robustep.config(blas_threads=...) says (one thread for n <= 2000
     # by default); the previous limits are restored on return
     with blas_thread_limit(X.shape[0]):
-        if params.optimizer is not None and kernel.n_dims > 0:
+        if searched and kernel.n_dims > 0:
             search = core.optimise()
             core.kernel = kernel = kernel.clone_with_theta(search.x)
             if search.state is not None:

@@ -96,7 +96,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         converges; only if none does, power EP with alpha = 0.5, a different
         approximation; ``method_used_`` says which; a ConvergenceWarning only if all
         fail, naming what was tried).  The same approximation as "ep" unless
-        ``method_used_ == "power"`` (docs/reliability.md, "method='auto'").
+        ``method_used_ == "power"`` (docs/reliability.md, "method='auto'").  With
+        ``likelihood="step"`` the first stage is Anderson-accelerated parallel EP
+        (``method_used_ == "accelerated"``, the same fixed points in fewer sweeps), and the
+        dense model's evidence search keeps the kernel amplitude (a ConstantKernel
+        factor) fixed: the step likelihood depends on f only through its sign, so the
+        evidence does not depend on it (docs/reliability.md, "Cost of the step
+        classifier").
         "ep": EP (robust parallel EP with the double-loop fallback of the engine);
         "damped": EP with damping
         ``damping`` (weight on the old site) or,
@@ -239,8 +245,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     kernel_, classes_ (2,), X_train_ (n, d), converged_, n_iter_,
     log_marginal_likelihood_value_, site_precision_ (n,), site_shift_ (n,),
     relaxation_b_ (n,) (REP only; zero where REP did not relax), n_features_in_,
-    method_used_ ("ep", "damped", "double_loop" or "power" for ``method="auto"``, else
-    ``method``),
+    method_used_ ("ep", "accelerated", "damped", "double_loop" or "power" for
+    ``method="auto"``, else ``method``),
     inducing_points_ ((m, d) fitted inducing inputs, or None for the dense model; with Dask
     inputs ``X_train_`` is the Dask array),
     inducing_power_ (float: the power α the sparse model ran with, ``inducing_power``

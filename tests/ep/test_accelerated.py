@@ -1,0 +1,159 @@
+"""Anderson-accelerated parallel EP (robustep.ep.accelerated) and its stage in the chain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
+from robustep.ep.accelerated import accelerated_expectation_propagation
+from robustep.ep.chain import failure_message
+from robustep.ep.strategy import AcceleratedStage
+from robustep.likelihoods import NoisyStep, Probit
+from robustep.posterior import DensePrior
+
+
+def _xor(n, flip, seed, ell=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    flipped = rng.random(n) < flip
+    y[flipped] = -y[flipped]
+    return DensePrior((ConstantKernel(1.0) * RBF(ell))(X), check=False), y
+
+
+def _tilted_residual(res, y, lik):
+    """Largest change one undamped moment-matching update would make (computed here)."""
+    _, m_hat, v_hat = lik.tilted_moments(y, res.cavity_mean, res.cavity_var)
+    prec = 1.0 / v_hat - 1.0 / res.cavity_var
+    shift = m_hat / v_hat - res.cavity_mean / res.cavity_var
+    return max(np.max(np.abs(prec - res.site_precision)), np.max(np.abs(shift - res.site_shift)))
+
+
+def test_same_fixed_point_as_damped_ep_in_a_fraction_of_the_sweeps():
+    """XOR, 20% flips, n = 200 (seed 5), ConstantKernel(1) * RBF(0.7): damped EP at 0.8
+    needs hundreds of sweeps; the accelerated run reaches the same fixed point (log Z,
+    posterior mean, sites) in under a quarter of them."""
+    K, y = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    damped = expectation_propagation(K, y, lik, damping=0.8, double_loop=False, max_iter=2000)
+    fast = accelerated_expectation_propagation(K, y, lik)
+    assert damped.converged and fast.converged
+    assert damped.n_iter > 200 and fast.n_iter < damped.n_iter / 4
+    assert "accelerated" in fast.history["phase"]
+    assert _tilted_residual(fast, y, lik) < 1e-4
+    np.testing.assert_allclose(fast.log_Z, damped.log_Z, rtol=1e-7)
+    np.testing.assert_allclose(fast.mean, damped.mean, atol=1e-4)
+    np.testing.assert_allclose(fast.site_precision, damped.site_precision, atol=1e-3, rtol=1e-4)
+
+
+def test_warm_start_and_probit():
+    """A warm start from the fixed point converges at once; on the probit likelihood the
+    accelerated run finds parallel EP's fixed point."""
+    K, y = _xor(100, 0.2, 0, ell=0.5)
+    lik = NoisyStep(0.2)
+    first = accelerated_expectation_propagation(K, y, lik, tol=1e-8)
+    again = accelerated_expectation_propagation(K, y, lik, init=first)
+    assert first.converged and again.converged and again.n_iter == 0
+    plain = expectation_propagation(K, y, Probit(), tol=1e-8)
+    fast = accelerated_expectation_propagation(K, y, Probit(), tol=1e-8)
+    assert fast.converged
+    np.testing.assert_allclose(fast.log_Z, plain.log_Z, rtol=1e-9)
+    np.testing.assert_allclose(fast.mean, plain.mean, atol=1e-6)
+
+
+def test_a_warm_start_that_fails_starts_again_from_zero_sites():
+    """Sites from a far-away length-scale (ell = 0.12 for ell = 0.7): the warm-started run
+    either converges or is repeated from zero sites with the damped warm-up; either way the
+    result is the fixed point found from zero sites."""
+    K_far, y = _xor(200, 0.2, 5, ell=0.12)
+    K, _ = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    far = accelerated_expectation_propagation(K_far, y, lik)
+    cold = accelerated_expectation_propagation(K, y, lik)
+    warm = accelerated_expectation_propagation(K, y, lik, init=far, warm_window=2)
+    assert far.converged and cold.converged and warm.converged
+    # warm_window=2 gives up on the warm start after a few extrapolated sweeps; the 20
+    # damped sweeps of the warm-up from zero sites follow
+    phases = list(warm.history["phase"])
+    start = phases.index("parallel")
+    assert 0 < start <= 6 and phases[start : start + 20] == ["parallel"] * 20
+    assert phases[start + 20 :] and set(phases[start + 20 :]) == {"accelerated"}
+    np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-7)
+
+
+def test_budget_and_hover_rule():
+    """``max_factorisations`` ends the run at its latest state, not converged; a run that
+    hovers stops after two windows, not at ``max_iter``."""
+    K, y = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    res = accelerated_expectation_propagation(K, y, lik, max_factorisations=15)
+    assert not res.converged and res.n_factorisations <= 15
+    assert np.all(np.isfinite(res.mean))
+    # a tolerance no run reaches: the hover rule stops each run once the residual, at
+    # rounding level, makes no new smallest value for two windows; the run from zero
+    # sites is repeated twice, with 40 and then 80 damped warm-up sweeps
+    res = accelerated_expectation_propagation(K, y, lik, tol=1e-300, window=5, max_iter=1000)
+    assert not res.converged and res.n_iter < 400
+    assert res.history["residual"][-1] < 1e-6
+    phases = "".join("d" if p == "parallel" else "a" for p in res.history["phase"])
+    assert [len(run) for run in phases.split("a") if run] == [20, 40, 80]
+
+
+def test_accelerated_stage_options_are_validated():
+    assert AcceleratedStage() == AcceleratedStage(5, 20, 0.6, 20, 10)
+    for bad in ({"memory": 0}, {"warmup": -1}, {"window": 0}, {"warm_window": 1.5},
+                {"damping": 1.0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            AcceleratedStage(**bad)
+    with pytest.raises(TypeError):
+        InferenceStrategy(accelerated=(5, 20))
+    with pytest.raises(ValueError):
+        InferenceStrategy(stages=("accelerated", "nope"))
+
+
+def test_strategy_with_the_accelerated_stage():
+    """auto(accelerate=True) replaces stage "ep"; search_stages keeps it and gives it the
+    search tolerance; resume keeps it even after a stage "damped" convergence; the
+    failure message names it."""
+    strategy = InferenceStrategy.auto(1000, trial_damping=0.5, accelerate=True)
+    assert strategy.stages == ("accelerated", "damped", "double_loop", "power")
+    assert InferenceStrategy.auto(1000).stages[0] == "ep"
+    search = strategy.search_stages(damped_tol=1e-2)
+    assert search.stages == ("accelerated", "damped") and search.resume
+    K, y = _xor(100, 0.2, 0, ell=0.5)
+    lik = NoisyStep(0.2)
+    first = run_chain(K, y, lik, search)
+    assert first.converged and first.method_used == "accelerated" and first.tol == 1e-2
+    assert 1e-4 < _tilted_residual(first, y, lik) < 1e-2
+    first.method_used = "damped"  # as if stage "accelerated" had failed there
+    again = run_chain(K, y, lik, search, init=first)
+    assert [name for name, *_ in again.methods_tried][0] == "accelerated"
+    plain = dataclasses.replace(search, stages=("ep", "damped"))
+    skipped = run_chain(K, y, lik, plain, init=first)
+    assert [name for name, *_ in skipped.methods_tried] == ["damped"]
+    message = failure_message([("accelerated", False, 40, 2.0)], 1e-4, strategy)
+    assert "Anderson-accelerated parallel EP (memory 5) (40 iterations" in message
+
+
+def test_a_warm_start_with_an_invalid_posterior_keeps_its_halved_sites():
+    """Warm sites whose negative precisions are too strong for the prior (the converged
+    sites with the negative ones scaled by 50): the negative sites are halved until the
+    posterior is valid, and the run goes on from there as a warm start (no damped warm-up
+    from zero sites), to the fixed point found from zero sites."""
+    K, y = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    cold = accelerated_expectation_propagation(K, y, lik)
+    precision, shift = cold.site_precision.copy(), cold.site_shift.copy()
+    negative = precision < 0
+    assert negative.any()
+    precision[negative] *= 50.0
+    shift[negative] *= 50.0
+    with pytest.raises(Exception, match="indefinite|positive definite|invalid"):
+        K.posterior(precision, shift)
+    warm = accelerated_expectation_propagation(K, y, lik, init=(precision, shift))
+    assert warm.converged and warm.history["phase"][0] == "accelerated"
+    np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-7)
