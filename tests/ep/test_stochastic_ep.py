@@ -270,3 +270,34 @@ def test_bad_arguments():
         fit_stochastic_ep(kernel, X, y, Probit(), Z, damping=1.5, tied_sites=False)
     with pytest.raises(TypeError, match="Likelihood"):
         fit_stochastic_ep(kernel, X, y, "probit", Z)
+
+
+def test_point_with_no_cavity_variance_is_left_out(monkeypatch):
+    """A point whose cavity pins h_i (v_i + d_i = 0: on an inducing input, with a
+    projected variance that rounds to 0) is left out of the tied-site energy estimate and
+    its gradient, as the site step leaves it out: no error, and the data term of the
+    other points with the batch's n / |B| scale."""
+    from robustep.ep import stochastic
+
+    X, y, Z = _probit(60, 8, seed=3)
+    fit = fit_stochastic_ep(ConstantKernel(1.0) * RBF(1.0), X, y, Probit(), Z, n_epochs=2,
+                            batch_size=20, random_state=0)  # fmt: skip
+    batch = np.arange(10)
+    rest = stochastic_ep_energy(fit, X, y, batch=batch[1:], want_grad=False)[0]
+    projections, rows = stochastic._Gauss.projections, stochastic._Frame.rows
+
+    def pinned_projections(self, be, Kb):
+        mean, var, s = projections(self, be, Kb)
+        return mean, np.where(np.arange(var.size) == 0, 0.0, var), s
+
+    def pinned_rows(self, Xb):
+        Kb, a, kd, d = rows(self, Xb)
+        return Kb, a, kd, np.where(np.arange(d.size) == 0, 0.0, d)
+
+    monkeypatch.setattr(stochastic._Gauss, "projections", pinned_projections)
+    monkeypatch.setattr(stochastic._Frame, "rows", pinned_rows)
+    energy, g_theta, _, g_Z = stochastic_ep_energy(fit, X, y, batch=batch)
+    assert np.isfinite(energy) and np.all(np.isfinite(g_theta)) and np.all(np.isfinite(g_Z))
+    glob = stochastic_ep_energy(fit, X, y, batch=batch[:1], want_grad=False)[0]
+    # the data terms: (n / 10) Σ_{i ≠ 0} φ_i against (n / 9) Σ_{i ≠ 0} φ_i
+    assert energy - glob == pytest.approx(0.9 * (rest - glob), rel=1e-10)

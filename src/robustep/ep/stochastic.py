@@ -272,8 +272,12 @@ def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_
     if sites.tied:
         ref = _Gauss(frame, (n - alpha) * sites.Lam, (n - alpha) * sites.b)
         cav_m, cav_v, s = ref.projections(be, Kb)
+        # a point with v + d = 0 (on an inducing input where q pins h) has no tilted
+        # distribution: it is left out of the estimate, as the site step leaves it out
+        proper = cav_v + d > 0
+        cav_v = xp.where(proper, cav_v, 1.0)
         log_Z, g1, e, _, _ = _tilted(be, likelihood, yb, cav_m, cav_v, d, alpha)
-        ok = xp.isfinite(log_Z)
+        ok = proper & xp.isfinite(log_Z)
         phi = log_Z / alpha
         # E6: G(q) − G(p) + (n/α)(G(c) − G(q)) + (1/α) Σ_i log Z_i
         glob = q.G - 0.5 * frame.log_det_K + (n / alpha) * (ref.G - q.G)
@@ -302,8 +306,10 @@ def _energy_and_gradient(be, sites, frame, Xb, yb, idx, likelihood, alpha, want_
         # E11: the u-cavity q / t_i^α projected on h_i = a_iᵀu
         cav_m = a @ q.mean + kappa * p
         cav_v = be.rowdot(aS, a) + alpha * beta * rho * p * p
+        proper = cav_v + d > 0
+        cav_v = xp.where(proper, cav_v, 1.0)
         log_Z, g1, e, _, _ = _tilted(be, likelihood, yb, cav_m, cav_v, d, alpha)
-        ok &= xp.isfinite(log_Z)
+        ok &= proper & xp.isfinite(log_Z)
         # E7: per-point term (1/α)[log Z_i + G_h(cavity) − G_h(q_i)]
         phi = (log_Z + _log_normaliser_1d(xp, lam_c, nu_c)
                - _log_normaliser_1d(xp, lam, mu * lam)) / alpha  # fmt: skip
