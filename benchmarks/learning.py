@@ -133,7 +133,9 @@ QUICK = {
     "mc_n": 600, "mc_m": 16, "digits_n": 300, "digits_m": 8, "digits_batch": 50,
 }  # fmt: skip
 
-# robustep's learner as benchmarked: the settings the estimators' stochastic learner uses
+# robustep's learner as benchmarked: the settings the estimators' stochastic learner uses,
+# without its warm-up epoch (StochasticLearner(warmup_epochs=1); benchmarks/learning_seeds.py
+# measures what the warm-up changes)
 ROBUSTEP_SETTINGS = {
     "power": 0.5,
     "learning_rate": 0.05,
@@ -998,7 +1000,7 @@ def _peak_rss(client=None):
     return out
 
 
-def run_estimator(X, y, Z0, budget, *, evaluate, threads=1, seed=0):
+def run_estimator(X, y, Z0, budget, *, evaluate, threads=1, seed=0, learner_options=None):
     """``GPClassifier(inducing_points=Z0)`` with the default stochastic learner on X (in
     memory or a Dask array), scored on the test set after every epoch (by the learner's
     ``callback``, timed apart from the training clock) and stopped at ``budget`` seconds
@@ -1019,6 +1021,7 @@ def run_estimator(X, y, Z0, budget, *, evaluate, threads=1, seed=0):
     from robustep import GPClassifier, StochasticLearner
 
     curve, clock = [], {"eval": 0.0}
+    learner_options = learner_options or {}
 
     def checkpoint(state, record):
         t0 = time.perf_counter()
@@ -1030,7 +1033,7 @@ def run_estimator(X, y, Z0, budget, *, evaluate, threads=1, seed=0):
 
     est = GPClassifier(
         ConstantKernel(1.0) * RBF(1.0), inducing_points=Z0, random_state=seed,
-        learner=StochasticLearner(callback=checkpoint),
+        learner=StochasticLearner(callback=checkpoint, **learner_options),
     )  # fmt: skip
     with robustep.config(blas_threads=threads), _sibling("_harness").blas_threads(threads):
         t0 = time.perf_counter()
@@ -1072,6 +1075,8 @@ def million(cfg, args):
         return {}
     n, ref_n, m, d = cfg["million_n"], cfg["million_ref_n"], cfg["m"], cfg["d"]
     budget, threads = cfg["million_budget"], cfg["million_threads"]
+    epochs = getattr(args, "warmup_epochs", None)
+    warmup = {} if epochs is None else {"warmup_epochs": epochs}
     Xt, yt = _sibling("sparse")._probit_data(cfg["test"], d, np.random.default_rng(99))
 
     def evaluate(latent):
@@ -1104,7 +1109,7 @@ def million(cfg, args):
         sub = np.asarray(Xd[: min(n, 20 * m)].compute())
         Z0 = KMeans(m, n_init=1, random_state=0).fit(sub).cluster_centers_
         runs["robustep, Dask"] = run_estimator(Xd, yd, Z0, budget, evaluate=evaluate,
-                                               threads=threads)  # fmt: skip
+                                               threads=threads, learner_options=warmup)  # fmt: skip
         runs["robustep, Dask"]["peak_rss"] = _peak_rss(client)
     finally:
         if client is not None:
@@ -1112,7 +1117,7 @@ def million(cfg, args):
             cluster.close()
     X_ref, y_ref, _, _ = classification_data(ref_n, 1, d)
     runs[f"robustep, in memory, n = {ref_n}"] = run_estimator(
-        X_ref, y_ref, Z0, budget, evaluate=evaluate, threads=threads
+        X_ref, y_ref, Z0, budget, evaluate=evaluate, threads=threads, learner_options=warmup
     )
     if args.peer_python:
         import dask
@@ -1317,6 +1322,9 @@ def main(argv=None):
     for key in ("million_n", "million_ref_n", "chunk", "workers"):
         parser.add_argument("--" + key.replace("_", "-"), type=int, default=None)
     parser.add_argument("--million-budget", type=float, default=None)
+    parser.add_argument("--warmup-epochs", type=int, default=None,
+                        help="million: the estimators' StochasticLearner(warmup_epochs=); "
+                             "default: the learner's default")  # fmt: skip
     parser.add_argument("--memory-limit", default="4GiB",
                         help="million: memory limit of each Dask worker")  # fmt: skip
     parser.add_argument("--figure", default=None, help="where the learning-curve figure goes")

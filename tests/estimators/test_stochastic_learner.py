@@ -368,3 +368,33 @@ def test_fitted_stochastic_estimators_pickle_and_continue():
     np.testing.assert_array_equal(
         pickle.loads(pickle.dumps(fitted)).predict_proba(X), fitted.predict_proba(X)
     )
+
+
+def test_warmup_epochs_settle_the_sites_before_learning(monkeypatch):
+    """warmup_epochs: that many epochs of site updates with every parameter fixed, then the
+    learning continues from those sites (one call with state=); 0 learns from the start."""
+    from robustep.ep import stochastic
+
+    calls = []
+    original = stochastic.fit_stochastic_ep
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stochastic, "fit_stochastic_ep", recording)
+    X, y = _labels(400)
+    est = GPClassifier(KERNEL, inducing_points=8, random_state=0,
+                       learner=_quick(warmup_epochs=2))  # fmt: skip
+    est.fit(X, y)
+    warm, main = calls
+    assert warm["n_epochs"] == 2 and warm["callback"] is None
+    assert not (warm["learn_kernel"] or warm["learn_inducing"] or warm["learn_likelihood"])
+    assert main["state"] is not None and main["learn_kernel"] and main["learn_inducing"]
+    assert len(est.history_) == est.n_epochs_  # the warm-up epochs are not in history_
+    calls.clear()
+    cold = clone(est).set_params(learner=_quick(warmup_epochs=0)).fit(X, y)
+    assert len(calls) == 1 and calls[0].get("state") is None
+    assert not np.array_equal(cold.kernel_.theta, est.kernel_.theta)
+    with pytest.raises(ValueError, match="warmup_epochs"):
+        clone(est).set_params(learner=_quick(warmup_epochs=-1)).fit(X, y)
