@@ -204,7 +204,7 @@ def _quick(**kw):
 def test_stochastic_learner_runs_the_resolved_power(powers):
     X, y = _labels()
     est = _fit(GPClassifier(KERNEL, inducing_points=6, learner=_quick(), random_state=0), X, y)
-    assert powers == [0.5] and est.inducing_power_ == 0.5 and est.learner_ == "stochastic"
+    assert set(powers) == {0.5} and est.inducing_power_ == 0.5 and est.learner_ == "stochastic"
     fixed = GPClassifier(KERNEL, inducing_points=6, optimize_inducing=False, learner=_quick())
     _fit(fixed, X, y)
     assert powers[-1] == 1.0 and fixed.inducing_power_ == 1.0
