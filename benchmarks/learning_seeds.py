@@ -4,13 +4,14 @@ benchmarked settings) run from the same start with different minibatch orders, i
 parallel worker processes of one thread each; the test log loss and the kernel after a
 fixed number of epochs, per seed and per variant.
 
-Variants: ``default`` (the settings of ``learning.ROBUSTEP_SETTINGS``), ``warmup`` (one
-epoch of site updates at the starting hyperparameters first, then the default), and
-``lr=X`` (the default with Adam's learning rate X).
+Variants: ``warmup`` (the settings of ``learning.ROBUSTEP_SETTINGS``, which are those of
+``StochasticLearner()``: one epoch of site updates at the starting hyperparameters first),
+``no-warmup`` (the same without that epoch), and ``lr=X`` (``warmup`` with Adam's learning
+rate X).
 
 Usage::
 
-    python benchmarks/learning_seeds.py --seeds 0-7 --variants default warmup --epochs 30 \\
+    python benchmarks/learning_seeds.py --seeds 0-7 --variants no-warmup warmup --epochs 30 \\
         --jobs 16 --out results.json
 """
 
@@ -47,6 +48,8 @@ def run(seed, variant, epochs, n, m):
     X, y, Xt, yt = lb.classification_data(n, 20_000, 8)
     Z0 = lb.kmeans_start(X, m)
     cfg = dict(lb.ROBUSTEP_SETTINGS)
+    warmup = int(cfg.pop("warmup_epochs", 0)) if variant != "no-warmup" else 0
+    cfg.pop("warmup_epochs", None)
     if variant.startswith("lr="):
         cfg["learning_rate"] = float(variant[3:])
     curve = []
@@ -60,8 +63,8 @@ def run(seed, variant, epochs, n, m):
 
     kernel, state = ConstantKernel(1.0) * RBF(1.0), None
     common = dict(batch_size=1000, random_state=seed, **cfg)
-    if variant == "warmup":
-        state = fit_stochastic_ep(kernel, X, y, Probit(), Z0, n_epochs=1, learn_kernel=False,
+    if warmup:
+        state = fit_stochastic_ep(kernel, X, y, Probit(), Z0, n_epochs=warmup, learn_kernel=False,
                                   learn_inducing=False, **common)  # fmt: skip
     fit = fit_stochastic_ep(kernel, X, y, Probit(), Z0, n_epochs=10**9, callback=checkpoint,
                             state=state, **common)  # fmt: skip
@@ -83,7 +86,7 @@ def _seeds(text):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-3")
-    parser.add_argument("--variants", nargs="+", default=["default"])
+    parser.add_argument("--variants", nargs="+", default=["no-warmup", "warmup"])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--m", type=int, default=256)

@@ -128,7 +128,7 @@ class StochasticLearner(BaseEstimator):
         lag: on the n = 10⁵ benchmark problem 3 of 8 minibatch orders then drifted along
         the amplitude/length-scale ridge (σ² up to 5.6e3, test log loss 0.375–0.386),
         against none of 8 with one warm-up epoch (log loss 0.326–0.332;
-        ``python benchmarks/learning_seeds.py --seeds 0-7 --variants default warmup
+        ``python benchmarks/learning_seeds.py --seeds 0-7 --variants no-warmup warmup
         --epochs 25``).
     callback : callable or None, default None
         Called after every epoch (after its held-out score) as ``callback(state,
