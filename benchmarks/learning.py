@@ -554,6 +554,30 @@ def classification(cfg, args):
     return runs
 
 
+def _time_to_peer_best(runs, peers):
+    """Rows [learner, target, seconds to reach it, / the peer's seconds] of every run
+    without an error, for the target = the best test log loss among ``peers``; returns
+    (rows, the best peer's name, target, the peer's seconds)."""
+    best_name = min(peers, key=lambda k: _best(peers[k], "log_loss"))
+    target = _best(peers[best_name], "log_loss")
+    t_peer = time_to_reach(peers[best_name]["curve"], "log_loss", target)
+    rows = []
+    for name, run in runs.items():
+        if "error" not in run:
+            t = time_to_reach(run["curve"], "log_loss", target)
+            rows.append([name, target, t, None if t is None else t / t_peer])
+    return rows, best_name, target, t_peer
+
+
+def _curves_table(title, runs):
+    """The per-checkpoint test error and log loss of every run with a curve."""
+    rows = [
+        [name, p["epoch"], p["train_s"], p["error"], p["log_loss"]]
+        for name, run in runs.items() if "curve" in run for p in run["curve"]
+    ]  # fmt: skip
+    _table(title, ["learner", "epoch", "trained s", "test error", "test log loss"], rows)
+
+
 def report_classification(runs, cfg):
     """The classification tables; returns the done-when verdict (None without SVGP)."""
     rows = []
@@ -576,14 +600,7 @@ def report_classification(runs, cfg):
     verdict = None
     rows = []
     if peers:
-        best_name = min(peers, key=lambda k: _best(peers[k], "log_loss"))
-        target = _best(peers[best_name], "log_loss")
-        t_peer = time_to_reach(peers[best_name]["curve"], "log_loss", target)
-        for name, run in runs.items():
-            if "error" in run:
-                continue
-            t = time_to_reach(run["curve"], "log_loss", target)
-            rows.append([name, target, t, None if t is None else t / t_peer])
+        rows, best_name, target, t_peer = _time_to_peer_best(runs, peers)
         t_rob = time_to_reach(runs["robustep"]["curve"], "log_loss", target, cfg["budget"])
         no_bound = _bound_flags(runs["robustep"]["params"]) == "none"
         verdict = t_rob is not None and t_rob <= 0.5 * t_peer and no_bound
@@ -613,15 +630,7 @@ def report_classification(runs, cfg):
         note=f"Bounds: scikit-learn's kernel defaults {KERNEL_BOUNDS} for both (GPflow "
         f"itself has none); 'at a bound' = within {BOUND_TOLERANCE:g} in log.",
     )
-    rows = [
-        [name, p["epoch"], p["train_s"], p["error"], p["log_loss"]]
-        for name, run in runs.items() if "curve" in run for p in run["curve"]
-    ]  # fmt: skip
-    _table(
-        "classification: learning curves",
-        ["learner", "epoch", "trained s", "test error", "test log loss"],
-        rows,
-    )
+    _curves_table("classification: learning curves", runs)
     return verdict
 
 
@@ -1202,13 +1211,7 @@ def report_million(runs, cfg):
     peers = {k: r for k, r in runs.items() if k.startswith("SVGP") and "error" not in r}
     rows = []
     if peers:
-        best_name = min(peers, key=lambda k: _best(peers[k], "log_loss"))
-        target = _best(peers[best_name], "log_loss")
-        t_peer = time_to_reach(peers[best_name]["curve"], "log_loss", target)
-        for name, run in runs.items():
-            if "error" not in run:
-                t = time_to_reach(run["curve"], "log_loss", target)
-                rows.append([name, target, t, None if t is None else t / t_peer])
+        rows, best_name, target, t_peer = _time_to_peer_best(runs, peers)
         note = (f"Target: the best test log loss of {best_name} ({target:.4f}, after "
                 f"{t_peer:.1f} s of training).")  # fmt: skip
     else:
@@ -1218,15 +1221,7 @@ def report_million(runs, cfg):
         ["learner", "target log loss", "reached after s", "time / SVGP's time"],
         rows, note=note,
     )  # fmt: skip
-    rows = [
-        [name, p["epoch"], p["train_s"], p["error"], p["log_loss"]]
-        for name, run in runs.items() if "curve" in run for p in run["curve"]
-    ]  # fmt: skip
-    _table(
-        "million: learning curves",
-        ["learner", "epoch", "trained s", "test error", "test log loss"],
-        rows,
-    )
+    _curves_table("million: learning curves", runs)
     return verdict
 
 

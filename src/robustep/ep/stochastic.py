@@ -688,25 +688,18 @@ def _learn(be, source, kernel, likelihood, Z, n, m, b_size, alpha, rng, *, n_epo
                                                         cur_lik, alpha, rows=rows,
                                                         q_factor=q_factor)  # fmt: skip
                 grad = be.concat([be.asarray(g_t), be.asarray(g_l), xp.reshape(g_Z, (-1,))])
-                grad = grad * mask
-                if bool(xp.all(xp.isfinite(grad))):
-                    x_new = adam.step(x, grad, float(lr_at(t)))
-                    try:
-                        new_frame = _Frame(be, *unpack(x_new)[::2], jitter)
-                        _factor_A(new_frame, sites.q_natural()[0])
-                    except np.linalg.LinAlgError:
-                        pass  # the step made K_mm or q improper: skip it
-                    else:
-                        x = x_new
-                        cur_k, cur_lik, cur_Z = unpack(x)
-                        frame = new_frame
+                x_new, new_frame = _adam_step(
+                    be, adam, x, grad * mask, float(lr_at(t)),
+                    lambda x: _Frame(be, *unpack(x)[::2], jitter),
+                    lambda: (sites.q_natural()[0],),
+                )  # fmt: skip
+                if new_frame is not None:
+                    x, frame = x_new, new_frame
+                    cur_k, cur_lik, cur_Z = unpack(x)
                 energies.append(E)
             t += 1
-            if max_steps is not None and t >= max_steps:
-                stopped = "max_steps"
-                break
-            if max_time is not None and time.perf_counter() - t0 >= max_time:
-                stopped = "max_time"
+            stopped = _stop_reason(t, max_steps, time.perf_counter() - t0, max_time) or stopped
+            if stopped != "n_epochs":
                 break
         if not learning:
             energies.append(_energy_and_gradient(
@@ -729,6 +722,35 @@ def _learn(be, source, kernel, likelihood, Z, n, m, b_size, alpha, rng, *, n_epo
     if keep_best and best is not None:
         x, sites, _, adam = best
     return snapshot(x, sites, history, t, stopped, adam)
+
+
+def _adam_step(be, adam, x, grad, lr, frame_at, precisions):
+    """Adam's step from ``x`` (the moments move either way), kept when the gradient is
+    finite and the new point keeps K_mm and every q proper.
+
+    frame_at(x) -> the :class:`_Frame` at x; precisions() -> the site precisions of the
+    q's to check there (each as for :func:`_factor_A`).  Returns (x, frame) at the new
+    point, or (x, None) when the step is refused.
+    """
+    if not bool(be.xp.all(be.xp.isfinite(grad))):
+        return x, None
+    x_new = adam.step(x, grad, lr)
+    try:
+        frame = frame_at(x_new)
+        for Lam in precisions():
+            _factor_A(frame, Lam)
+    except np.linalg.LinAlgError:
+        return x, None  # the step made K_mm or a q improper: skip it
+    return x_new, frame
+
+
+def _stop_reason(t, max_steps, elapsed, max_time):
+    """ "max_steps" or "max_time" once that budget is spent, else None."""
+    if max_steps is not None and t >= max_steps:
+        return "max_steps"
+    if max_time is not None and elapsed >= max_time:
+        return "max_time"
+    return None
 
 
 def _likelihood_mask(likelihood, learn_likelihood):

@@ -43,7 +43,15 @@ import numpy as np
 from robustep.ep._minibatches import InMemoryBatches
 from robustep.ep._stochastic_backend import NumpyBackend
 from robustep.ep.pseudo_point import check_inducing_power
-from robustep.ep.stochastic import _Adam, _factor_A, _Frame, _Gauss, _schedule
+from robustep.ep.stochastic import (
+    _Adam,
+    _adam_step,
+    _factor_A,
+    _Frame,
+    _Gauss,
+    _schedule,
+    _stop_reason,
+)
 from robustep.kernels._rows import row_chunks
 from robustep.likelihoods.probit import Probit
 
@@ -475,24 +483,17 @@ def fit_stochastic_multiclass_ep(
             if learning:
                 E, g_t, g_Z = _energy_and_gradient(be, sites, frame, Xb, yb, n, alpha,
                                                    rows=rows)  # fmt: skip
-                grad = np.concatenate([g_t, g_Z.ravel()]) * mask
-                if np.all(np.isfinite(grad)):
-                    x_new = adam.step(x, grad, float(lr_at(t)))
-                    try:
-                        new_frame = _Frame(be, *unpack(x_new), jitter)
-                        for j in range(c):
-                            _factor_A(new_frame, sites.q_natural(j)[0])
-                    except np.linalg.LinAlgError:
-                        pass  # the step made K_mm or a q_j improper: skip it
-                    else:
-                        x, frame = x_new, new_frame
+                x_new, new_frame = _adam_step(
+                    be, adam, x, np.concatenate([g_t, g_Z.ravel()]) * mask, float(lr_at(t)),
+                    lambda x: _Frame(be, *unpack(x), jitter),
+                    lambda: (sites.q_natural(j)[0] for j in range(c)),
+                )  # fmt: skip
+                if new_frame is not None:
+                    x, frame = x_new, new_frame
                 energies.append(E)
             t += 1
-            if max_steps is not None and t >= max_steps:
-                stopped = "max_steps"
-                break
-            if max_time is not None and time.perf_counter() - t0 >= max_time:
-                stopped = "max_time"
+            stopped = _stop_reason(t, max_steps, time.perf_counter() - t0, max_time) or stopped
+            if stopped != "n_epochs":
                 break
         if not learning:
             energies.append(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import least_squares
 
-from robustep.tep.process import _site_update, _site_update_partials
+from robustep.tep.process import _site_map_jacobian, _site_update, _site_update_partials
 
 __all__ = [
     "LinearRankOnePosterior",
@@ -81,23 +81,9 @@ def site_map_jacobian(post, tau, nu, y, df, eps, k):
     dimension that sets t (n for the process, the number of weights for the linear model).
     Rows and columns are ordered (tau, nu).  Rows of sites with an improper cavity are 0.
     """
-    n = tau.size
-    S = post.sigma_g
     d, mu = post.d, post.mu
     a_t, a_n, _ = _site_update_partials(d, mu, post.logdet_b, tau, nu, y, df, eps, k)
-    S2 = S * S
-
-    def block(a):
-        jt = -a["d"][:, None] * S2 - a["mu"][:, None] * (S * mu[None, :])
-        jt += np.outer(a["L"], d)
-        jt[np.diag_indices(n)] += a["tau"]
-        jn = a["mu"][:, None] * S
-        jn[np.diag_indices(n)] += a["nu"]
-        return jt, jn
-
-    tt, tn = block(a_t)
-    nt, nn = block(a_n)
-    return np.block([[tt, tn], [nt, nn]])
+    return _site_map_jacobian(post.sigma_g, mu, d, a_t, a_n)
 
 
 def solve_fixed_point(posterior, y, df, eps, k, tau0, nu0, *, tol, max_newton=50, method="newton"):

@@ -438,6 +438,25 @@ def _site_update_partials(d, mu, L, tau, nu, y, df, eps, n):
     return a_tau, a_nu, good
 
 
+def _site_map_jacobian(S, mu, d, a_t, a_n):
+    """Jacobian (2n, 2n) of the parallel site map F(tau, nu), rows and columns ordered
+    (tau, nu), from the posterior covariance S (n, n), mean mu (n,), variances d (n,) and
+    the partials ``a_t``, ``a_n`` of the new sites (:func:`_site_update_partials`)."""
+    n = mu.size
+    S2 = S * S
+
+    def block(a):  # rows: d F_i / d(tau_j), d F_i / d(nu_j)
+        jt = -a["d"][:, None] * S2 - a["mu"][:, None] * S * mu[None, :] + np.outer(a["L"], d)
+        jt[np.diag_indices(n)] += a["tau"]
+        jn = a["mu"][:, None] * S
+        jn[np.diag_indices(n)] += a["nu"]
+        return jt, jn
+
+    tt, tn = block(a_t)
+    nt, nn = block(a_n)
+    return np.block([[tt, tn], [nt, nn]])
+
+
 def _implicit_coefficients(post, tau, nu, y, df, eps, g):
     """Add the fixed-point sensitivity term to the partials ``g`` (derivation §8.4).
 
@@ -457,17 +476,7 @@ def _implicit_coefficients(post, tau, nu, y, df, eps, g):
     Smu = S @ g["mu"]
     gs_tau = -S2 @ g["d"] - mu * Smu - g["q"] * mu**2 + g["L"] * d + g["tau"]
     gs_nu = Smu + 2.0 * g["q"] * mu + g["nu"]
-
-    def block(a):  # rows: d F_i / d(tau_j), d F_i / d(nu_j)
-        jt = -a["d"][:, None] * S2 - a["mu"][:, None] * S * mu[None, :] + np.outer(a["L"], d)
-        jt[np.diag_indices(n)] += a["tau"]
-        jn = a["mu"][:, None] * S
-        jn[np.diag_indices(n)] += a["nu"]
-        return jt, jn
-
-    tt, tn = block(a_t)
-    nt, nn = block(a_n)
-    jac = np.block([[tt, tn], [nt, nn]])
+    jac = _site_map_jacobian(S, mu, d, a_t, a_n)
     try:
         lam = np.linalg.solve(np.eye(2 * n) - jac.T, np.concatenate([gs_tau, gs_nu]))
     except np.linalg.LinAlgError:  # singular: the fixed point is not locally unique
