@@ -83,6 +83,16 @@ class Settings:
         of its value (GPstuff's ``gp_optim`` uses 1e-6 as well).  SciPy's default, 2.2e-9,
         spends 15-30% of a Boston search on improvements below 1e-3 nats
         (``robustep reproduce tgp-benchmark --full``).
+    search_fallback_starts : int >= 0
+        A dense classifier's evidence search whose first evaluation fails (inference does
+        not converge at the starting kernel) starts again from the kernel with every
+        length-scale times ``search_fallback_factor``, then its square, ..., this many
+        times at most, until an evaluation succeeds; 0 never does.  On 300 points of an
+        XOR pattern with 20% flipped labels fitted with ``label_noise=0.1`` EP fails at
+        length-scales 1 and 0.25 and converges from 0.0625, where the search then finds
+        its optimum (docs/reliability.md, "Cost of the step classifier").
+    search_fallback_factor : float in (0, 1)
+        See ``search_fallback_starts``.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -163,6 +173,8 @@ class Settings:
     search_max_iter: int = 30
     search_ftol: float = 1e-6
     search_factorisations_per_sweep: int = 2
+    search_fallback_starts: int = 2
+    search_fallback_factor: float = 0.25
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -202,6 +214,11 @@ class Settings:
             _check_real(name, getattr(self, name), positive=True)
         _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)
         _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
+        _check_integer("search_fallback_starts", self.search_fallback_starts, 0)
+        ff = self.search_fallback_factor
+        ok = isinstance(ff, numbers.Real) and not isinstance(ff, bool) and 0 < ff < 1
+        if not ok:
+            raise ValueError(f"search_fallback_factor must be a number in (0, 1), got {ff!r}")
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
         for name in (
             "search_max_iter",

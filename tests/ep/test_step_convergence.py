@@ -266,8 +266,8 @@ def _step_chain_without_acceleration(monkeypatch):
 
     auto = strategy.InferenceStrategy.auto.__func__
 
-    def without_acceleration(cls, max_iter=1000, trial_damping=None, accelerate=False):
-        return auto(cls, max_iter, trial_damping=trial_damping, accelerate=False)
+    def without_acceleration(cls, max_iter=1000, trial_damping=None, accelerate=False, **kw):
+        return auto(cls, max_iter, trial_damping=trial_damping, accelerate=False, **kw)
 
     monkeypatch.setattr(strategy.InferenceStrategy, "auto", classmethod(without_acceleration))
 
@@ -275,9 +275,11 @@ def _step_chain_without_acceleration(monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed):
     """XOR, 20% flips, n = 150: the fitted length-scale is a stationary point of the step
-    EP evidence (central finite difference at full EP tolerance ~0, against a slope of
-    about 2 nats per unit log length-scale at the start), the search converged, and it is
-    the optimum that the chain without stage "accelerated" finds."""
+    EP evidence (central finite difference at full EP tolerance below 2% of the slope of
+    about 2 nats per unit log length-scale at the start: the search's evaluations run to
+    ``search_tol`` in units of q's marginals, so their gradients carry that error), the
+    search converged, and it is the optimum that the chain without stage "accelerated"
+    finds."""
     from robustep import GPClassifier
 
     X, y = _step_data("xor", 150, 0.2, seed)
@@ -288,7 +290,7 @@ def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed)
     slope = est.log_marginal_likelihood(theta + h) - est.log_marginal_likelihood(theta - h)
     slope /= 2.0 * h
     start_slope = est.log_marginal_likelihood(np.zeros(1), eval_gradient=True)[1][0]
-    assert abs(start_slope) > 1.0 and abs(slope) < 1e-2 * abs(start_slope)
+    assert abs(start_slope) > 1.0 and abs(slope) < 2e-2 * abs(start_slope)
     _step_chain_without_acceleration(monkeypatch)
     plain = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert plain.converged_ and plain.method_used_ != "accelerated"

@@ -12,6 +12,7 @@ from robustep.estimators._search import (
     EvaluationFailed,
     draw_starts,
     maximise_evidence,
+    shorter_length_scale_starts,
 )
 
 
@@ -228,3 +229,72 @@ def test_estimator_verbose_prints_progress_once(capsys):
         assert all(b == a + 1 or b == 1 for a, b in zip(numbers, numbers[1:], strict=False))
     GPClassifier().fit(X, y)
     assert capsys.readouterr().err == ""
+
+
+def test_fallback_starts_run_only_while_nothing_has_succeeded():
+    """Inference fails for x[0] > 0.5: the search from 2 fails at its first evaluation,
+    the first fallback (1.0) fails too, the second (0.0) succeeds and is searched to the
+    wall; the third is never evaluated."""
+    evaluate, calls = _quadratic([3.0], wall=0.5)
+    fallbacks = [np.array([1.0]), np.array([0.0]), np.array([-4.0])]
+    res = maximise_evidence(evaluate, np.array([2.0]), [(-5.0, 5.0)], fallback_starts=fallbacks)
+    assert res.success and res.n_starts == 3
+    assert 0.0 < res.x[0] <= 0.5
+    starts_seen = {start for _, _, _, start in calls}
+    assert starts_seen == {0, 1, 2}
+    assert not any(np.allclose(x, -4.0) for x, *_ in calls)
+    # a search whose first start succeeds never runs them
+    evaluate, calls = _quadratic([0.3])
+    res = maximise_evidence(evaluate, np.zeros(1), [(-5.0, 5.0)], fallback_starts=fallbacks)
+    assert res.n_starts == 1 and {start for *_, start in calls} == {0}
+    # all failing: the first start is kept, not moved, every start counted
+    evaluate, _ = _quadratic([0.0], wall=-10.0)
+    res = maximise_evidence(evaluate, np.array([2.0]), [(-5.0, 5.0)], fallback_starts=fallbacks)
+    assert not res.success and not res.moved and res.n_starts == 4
+    np.testing.assert_array_equal(res.x, [2.0])
+
+
+def test_shorter_length_scale_starts():
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
+
+    kernel = ConstantKernel(2.0) * RBF([1.0, 4.0], length_scale_bounds=(0.1, 10.0))
+    starts = shorter_length_scale_starts(kernel, 0.25, 2)
+    assert len(starts) == 2
+    np.testing.assert_allclose(np.exp(starts[0]), [2.0, 0.25, 1.0])
+    np.testing.assert_allclose(np.exp(starts[1]), [2.0, 0.1, 0.25])  # clipped at 0.1
+    # a fixed amplitude is not a coordinate; the noise level is not a length-scale
+    fixed = ConstantKernel(1.0, "fixed") * RBF(1.0) + WhiteKernel(0.5)
+    (start,) = shorter_length_scale_starts(fixed, 0.5, 1)
+    np.testing.assert_allclose(np.exp(start), [0.5, 0.5])
+    assert shorter_length_scale_starts(DotProduct(), 0.25, 2) == []
+    assert shorter_length_scale_starts(kernel, 0.25, 0) == []
+
+
+def test_classifier_search_starts_again_from_shorter_length_scales():
+    """XOR with 20% flipped labels fitted with label_noise=0.1 (n = 100, seed 0): EP does
+    not converge at the default kernel's length-scale 1, so without fallback starts the
+    search cannot move and the fit ends in power EP at the start; with them it starts
+    again from length-scale 0.25, converges in EP and optimises the kernel."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from robustep import GPClassifier, config
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1.0, 1.0, size=(100, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
+    flipped = rng.random(100) < 0.2
+    y[flipped] = -y[flipped]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with config(search_fallback_starts=0):
+            stuck = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    assert not stuck.optimizer_result_.success and stuck.method_used_ != "accelerated"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    result = fit.optimizer_result_
+    assert result.success and result.moved and result.n_starts == 2
+    assert fit.converged_ and fit.method_used_ == "accelerated"
+    assert fit.log_marginal_likelihood_value_ > stuck.log_marginal_likelihood_value_

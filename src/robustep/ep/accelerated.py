@@ -39,6 +39,7 @@ import numpy as np
 
 from robustep.ep.engine import (
     _check_inputs,
+    _check_tol_units,
     _Context,
     _evaluate,
     _finish,
@@ -103,6 +104,7 @@ def accelerated_expectation_propagation(
     tol=1e-4,
     init=None,
     max_factorisations=None,
+    tol_units="sites",
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -121,6 +123,7 @@ def accelerated_expectation_propagation(
     init : None (zero sites), a ``(site_precision, site_shift)`` pair or an EPResult.
     max_factorisations : None or the posterior factorisations allowed in all (each sweep
         makes one, a rejected point one more).
+    tol_units : "sites" or "marginal", as :func:`robustep.ep.expectation_propagation`.
 
     Returns
     -------
@@ -133,6 +136,8 @@ def accelerated_expectation_propagation(
     n, memory, warmup = prior.n, int(memory), int(warmup)
     ctx = _Context(prior, y, likelihood, moment_matching_update, 1.0, float(damping),
                    float(tol), int(max_iter), None)  # fmt: skip
+    _check_tol_units(tol_units)
+    ctx.tol_units = tol_units
     ctx.stopped_by_callback = True  # the caller reports non-convergence
     ev = _warm_start(ctx, *_initial_sites(init, n))
     ctx.last, ctx.max_factorisations = ev, max_factorisations

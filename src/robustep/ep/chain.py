@@ -153,8 +153,9 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
             res = expectation_propagation(
-                K, y, likelihood, tol=stage_tol, max_factorisations=budget, **kwargs
-            )
+                K, y, likelihood, tol=stage_tol, max_factorisations=budget,
+                tol_units=strategy.tol_units, **kwargs,
+            )  # fmt: skip
         res.tol = stage_tol
         total += int(res.n_iter)
         return res
@@ -205,7 +206,7 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res = accelerated_expectation_propagation(
             K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
             window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
-            tol=damped_tol, init=init,
+            tol=damped_tol, init=init, tol_units=strategy.tol_units,
             max_factorisations=strategy.max_factorisations,
         )  # fmt: skip
         res.tol = damped_tol

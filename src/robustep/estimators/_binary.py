@@ -138,11 +138,13 @@ def run_inference(params, prior, y, likelihood, init=None, search=False):
 
         # the label-noise step likelihood: Anderson-accelerated parallel EP first, then
         # damping 0.5, then 0.8 (docs/reliability.md, "Cost of the step classifier")
+        # and tol in units of q's marginals: its site precisions grow with n
         step = params.likelihood == "step"
         strategy = InferenceStrategy.auto(
             params.max_iter,
             trial_damping=0.5 if step else None,
             accelerate=step and params.schedule == "parallel",
+            tol_units="marginal" if step else "sites",
         )
         if search:
             # damped sweeps to the search tolerance: the final fit refines the best state

@@ -37,6 +37,7 @@ from robustep.estimators._search import (
     draw_starts,
     is_search_evidence,
     maximise_evidence,
+    shorter_length_scale_starts,
 )
 from robustep.posterior.factory import make_prior
 
@@ -250,9 +251,16 @@ class DenseBinaryCore(BinaryCore):
             # the step evidence at the search tolerance is noisy at SciPy's default ftol
             # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
             options = {"ftol": get_config().search_ftol}
+        # a first evaluation that fails (EP does not converge at the starting kernel):
+        # again from shorter length-scales, where it is easier (search_fallback_starts)
+        config = get_config()
+        fallbacks = shorter_length_scale_starts(
+            self.kernel, config.search_fallback_factor, config.search_fallback_starts
+        )
         return maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
             warm_of=lambda state: self.warm_state(state[0]), options=options,
+            fallback_starts=fallbacks,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):

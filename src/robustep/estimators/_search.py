@@ -17,7 +17,9 @@ way for every estimator:
 - **warm starts**: each evaluation receives the last successful evaluation's result of the
   same start (a failed evaluation does not reset it; a new start begins from the caller's
   ``warm`` for the first start, nothing for the others);
-- **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use);
+- **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use),
+  and fallback starts tried only while no evaluation has succeeded
+  (:func:`shorter_length_scale_starts`);
 - **the result**: the best successful evaluation over all starts — its point, evidence and
   inference result, so that the fit needs no separate final run — and a
   :class:`SearchResult` with the number of evaluations and failures and why it stopped,
@@ -51,6 +53,7 @@ __all__ = [
     "maximise_evidence",
     "search_progress",
     "reports_progress",
+    "shorter_length_scale_starts",
     "warn_if_stuck",
 ]
 
@@ -203,6 +206,7 @@ def maximise_evidence(
     options: dict | None = None,
     callable_bounds=None,
     verbose: bool = False,
+    fallback_starts: Sequence[np.ndarray] = (),
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -220,6 +224,9 @@ def maximise_evidence(
     callable_bounds : the (k, 2) bounds a callable optimizer gets, if not ``bounds``.
     verbose : print a progress line per evaluation to stderr (:func:`search_progress`);
         each evaluation is an INFO record on the ``robustep.search`` logger either way.
+    fallback_starts : starts tried in order, after ``x0`` and ``starts``, only while no
+        evaluation has succeeded (e.g. :func:`shorter_length_scale_starts`); the first
+        with a successful evaluation is searched like any start, and the rest are skipped.
 
     Returns
     -------
@@ -230,6 +237,7 @@ def maximise_evidence(
             return maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
+                fallback_starts=fallback_starts,
             )  # fmt: skip
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
@@ -239,7 +247,13 @@ def maximise_evidence(
     messages = []
     started = time.perf_counter()
 
-    for index, start in enumerate([x0, *starts]):
+    all_starts = [x0, *starts, *fallback_starts]
+    n_regular = 1 + len(starts)
+    n_run = 0
+    for index, start in enumerate(all_starts):
+        if index >= n_regular and overall["x"] is not None:
+            break  # a fallback start runs only while nothing has succeeded
+        n_run += 1
         context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
         best = {"value": -np.inf, "x": None}
 
@@ -289,10 +303,39 @@ def maximise_evidence(
         success=success,
         n_evaluations=counts["evaluations"],
         n_failures=counts["failures"],
-        n_starts=1 + len(starts),
+        n_starts=n_run,
         moved=bool(success and np.max(np.abs(x - x0), initial=0.0) > MOVE_TOLERANCE),
         message="; ".join(messages),
     )
+
+
+def shorter_length_scale_starts(kernel, factor, count):
+    """``count`` starts (log hyperparameters, (k,) each) equal to ``kernel.theta`` with
+    every length-scale multiplied by ``factor``, ``factor**2``, ... (clipped to the
+    bounds); [] when the kernel has no free length-scale (a hyperparameter whose name
+    ends in "length_scale", scikit-learn's convention).
+
+    The fallback starts of a classifier's search whose first evaluation failed: under a
+    long length-scale the prior ties many points together, flipped labels pull against
+    each other and EP's sites grow large with both signs; a shorter one lets the latent
+    function bend around them (docs/reliability.md, "Cost of the step classifier").
+    """
+    theta = np.asarray(kernel.theta, dtype=float)
+    mask = np.zeros(theta.size, dtype=bool)
+    i = 0
+    for hp in kernel.hyperparameters:
+        if hp.fixed:
+            continue
+        if hp.name.endswith("length_scale"):
+            mask[i : i + hp.n_elements] = True
+        i += hp.n_elements
+    if count <= 0 or not mask.any():
+        return []
+    bounds = np.asarray(kernel.bounds, dtype=float).reshape(-1, 2)
+    return [
+        np.clip(np.where(mask, theta + j * np.log(factor), theta), bounds[:, 0], bounds[:, 1])
+        for j in range(1, int(count) + 1)
+    ]
 
 
 def _log(verbose, counts, value, started):
