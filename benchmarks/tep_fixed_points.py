@@ -24,14 +24,19 @@ For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, labe
   computed up to ``robustep.config(tep_fixed_point_max_sites=...)`` points.
 
 ``--process``: the StudentTProcessClassifier cells (label_noise = 0, df = 10) with at most
-200 points that do not converge: whether Newton's method (11 starts) or the trust-region
-method finds a proper fixed point for df = inf and for df = 10, and where the branch of the
-Gaussian-process EP fixed point, followed in df, ends.
+``--max-n`` points (200) that do not converge: whether Newton's method (11 starts) or the
+trust-region method finds a proper fixed point for df = inf and for df = 10, and where the
+branch of the Gaussian-process EP fixed point, followed in df, ends.  The continuations
+accept a fixed point when every site's change is below the tolerance relative to the
+site's size (``relative=True`` of :func:`robustep.tep.fixed_point.solve_fixed_point`):
+site precisions reach 1e5-1e7 on these cells, where rounding keeps absolute changes
+above 1e-5.
 
 Usage::
 
     python benchmarks/tep_fixed_points.py            # all cells (a few minutes)
     python benchmarks/tep_fixed_points.py --process  # the Student-t process cells
+    python benchmarks/tep_fixed_points.py --process --max-n 600 --names n=600
     python benchmarks/tep_fixed_points.py --names "20% flipped labels"
 """
 
@@ -119,7 +124,7 @@ def _smallest_singular_value(post, tau, nu, y, df, k):
     return float(np.linalg.svd(jac, compute_uv=False)[-1])
 
 
-def continuation(Z, y, singular_values=True, starts=(0.45, 0.3)):
+def continuation(Z, y, singular_values=True, starts=(0.45, 0.3), relative=True):
     """Follow the proper fixed point of Gaussian EP (df = inf) from label noise eps0 (each
     of ``starts``) to 0.1, then in log df from 1e5 down to 10
     (:func:`robustep.tep.fixed_point.follow_fixed_point`).  Returns, for the first path
@@ -137,19 +142,31 @@ def continuation(Z, y, singular_values=True, starts=(0.45, 0.3)):
                     Z, y, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=0.5, state=state
                 )
             done = sweeps
-            start = solve_fixed_point(make, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=1e-9)
+            start = solve_fixed_point(
+                make, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=1e-9, relative=relative
+            )
             if start is not None:
                 break
         if start is None:
             continue
         tau, nu, _, x = follow_fixed_point(
-            make, y, k, start[0], start[1], lambda e: (np.inf, e), eps0, EPS, 0.05, tol=1e-9
+            make,
+            y,
+            k,
+            start[0],
+            start[1],
+            lambda e: (np.inf, e),
+            eps0,
+            EPS,
+            0.05,
+            tol=1e-9,
+            relative=relative,
         )
         if x != EPS:
             continue
         tau, nu, post, x = follow_fixed_point(
             make, y, k, tau, nu, lambda ld: (DF if ld == _BOTTOM else float(np.exp(ld)), EPS),
-            np.log(1e5), _BOTTOM, 0.5, tol=1e-10, max_solves=1000,
+            np.log(1e5), _BOTTOM, 0.5, tol=1e-10, max_solves=1000, relative=relative,
         )  # fmt: skip
         df = DF if x == _BOTTOM else float(np.exp(x))
         sv = None
@@ -241,8 +258,9 @@ def process_cells(max_n=200):
 
 def process_row(name, K, y, df=DF, eps=0.0):
     """Newton's method from 11 starts and the trust-region method, for df and for df = inf;
-    the Gaussian-process EP fixed point (damped sweeps polished by Newton's method to 1e-6)
-    followed in log df down to df: the end of that branch and sigma_min there."""
+    the Gaussian-process EP fixed point (damped sweeps polished by Newton's method to 1e-6
+    relative to each site's size: site precisions reach 1e5-1e7 on these cells) followed
+    in log df down to df: the end of that branch and sigma_min there."""
     from robustep.tep.process import process_posterior, process_tep
 
     n = y.size
@@ -274,14 +292,14 @@ def process_row(name, K, y, df=DF, eps=0.0):
         tau, nu, _, info = process_tep(
             K, y, df=np.inf, eps=eps, max_iter=3000, damping=0.5, adaptive=True, tol=1e-12
         )
-    start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6)
+    start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6, relative=True)
     row.update(gp_ep=start is not None, end=None, sv=None)
     if start is not None:
         bottom = np.log(df)
         tau, nu, post, x = follow_fixed_point(
             make, y, n, start[0], start[1],
             lambda ld: (df if ld == bottom else float(np.exp(ld)), eps),
-            np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000,
+            np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000, relative=True,
         )  # fmt: skip
         row["end"] = df if x == bottom else float(np.exp(x))
         if post is not None:
@@ -319,13 +337,16 @@ def main(argv=None):
     parser.add_argument("--names", nargs="*", default=None, help="cell names (default: all)")
     parser.add_argument(
         "--process", action="store_true",
-        help="the StudentTProcessClassifier cells (n <= 200) that do not converge instead",
+        help="the StudentTProcessClassifier cells (n <= --max-n) that do not converge instead",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-n", type=int, default=200, help="--process: the largest cell (default 200)"
+    )
     args = parser.parse_args(argv)
     if args.process:
         rows = [
             process_row(name, K, y)
-            for name, K, y in process_cells()
+            for name, K, y in process_cells(args.max_n)
             if not args.names or name in args.names
         ]
         print(format_process_rows(rows))

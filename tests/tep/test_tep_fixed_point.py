@@ -235,3 +235,66 @@ def test_follow_fixed_point_in_df_reaches_a_proper_fixed_point():
     assert good.all()
     np.testing.assert_allclose(t_new, tau, atol=1e-8)
     np.testing.assert_allclose(n_new, nu, atol=1e-8)
+
+
+def _process_cell(name):
+    spec = importlib.util.spec_from_file_location("_stress_grid_process", _STRESS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    for cell in module.cells():
+        if cell.estimator == "StudentTProcessClassifier" and cell.name == name:
+            return cell.make().kernel(cell.X), cell.y.astype(float)
+    raise KeyError(name)
+
+
+@pytest.mark.slow
+def test_process_cell_branch_folds_above_df_10_with_relative_tolerance():
+    """StudentTProcessClassifier "20% flipped labels" (n = 200, label noise 0): the
+    Gaussian-process EP fixed point has site precisions up to ~2e5, where rounding keeps
+    every site's absolute change above 1e-5, so Newton's method polishes it only with the
+    relative tolerance.  Followed in df, its branch ends at a fold df* above 10: there an
+    eigenvalue of dF/ds reaches 1 (docs/reliability.md)."""
+    from robustep.tep.fixed_point import follow_fixed_point
+    from robustep.tep.process import process_posterior, process_tep
+
+    K, y = _process_cell("20% flipped labels")
+    n = y.size
+
+    def make(tau, nu):
+        return process_posterior(K, tau, nu)
+
+    with np.errstate(all="ignore"):
+        tau, nu, _, _ = process_tep(
+            K, y, df=np.inf, eps=0.0, max_iter=3000, damping=0.5, adaptive=True, tol=1e-12
+        )
+    assert np.max(tau) > 1e5
+    assert solve_fixed_point(make, y, np.inf, 0.0, n, tau, nu, tol=1e-5) is None
+    found = solve_fixed_point(make, y, np.inf, 0.0, n, tau, nu, tol=1e-6, relative=True)
+    assert found is not None
+    t0, n0, post = found[:3]
+    t_new, n_new, good = _site_update(post.d, post.mu, post.logdet_b, t0, n0, y, np.inf, 0.0, n)
+    assert good.all()
+    s = np.concatenate([t0, n0])
+    change = np.concatenate([t_new - t0, n_new - n0]) / np.maximum(1.0, np.abs(s))
+    assert np.abs(change).max() < 1e-6
+    bottom = np.log(10.0)
+    tau, nu, post, x = follow_fixed_point(
+        make, y, n, t0, n0, lambda ld: (10.0 if ld == bottom else float(np.exp(ld)), 0.0),
+        np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000, relative=True,
+    )  # fmt: skip
+    assert x != bottom and 12.0 < np.exp(x) < 20.0
+    eigenvalues = np.linalg.eigvals(site_map_jacobian(post, tau, nu, y, np.exp(x), 0.0, n))
+    assert np.min(np.abs(eigenvalues - 1.0)) < 1e-2
+
+
+def test_relative_tolerance_scales_each_component_by_the_sites_size():
+    from robustep.tep.fixed_point import _is_root
+
+    s = np.array([1e5, 0.5, -2e3, 0.0])
+    r = np.array([5e-2, 5e-7, -1e-3, 0.0])
+    assert not _is_root(r, s, 1e-6, relative=False)
+    assert _is_root(r, s, 1e-6, relative=True)  # 5e-7, 5e-7, 5e-7: below 1e-6
+    assert not _is_root(r * 3, s, 1e-6, relative=True)
+    # a site below 1 in size is measured absolutely
+    assert not _is_root(np.array([0, 2e-6, 0, 0]), s, 1e-6, relative=True)
