@@ -116,14 +116,16 @@ def test_accelerated_stage_options_are_validated():
 
 
 def test_strategy_with_the_accelerated_stage():
-    """auto(accelerate=True) replaces stage "ep"; search_stages keeps it and gives it the
-    search tolerance; resume keeps it even after a stage "damped" convergence; the
-    failure message names it."""
+    """auto(accelerate=True) replaces stage "ep"; search_stages keeps it alone (a failed
+    evaluation is abandoned, not passed on to stage "damped") and gives it the search
+    tolerance; resume keeps it even after a stage "damped" convergence; the failure
+    message names it."""
     strategy = InferenceStrategy.auto(1000, trial_damping=0.5, accelerate=True)
     assert strategy.stages == ("accelerated", "damped", "double_loop", "power")
     assert InferenceStrategy.auto(1000).stages[0] == "ep"
     search = strategy.search_stages(damped_tol=1e-2)
-    assert search.stages == ("accelerated", "damped") and search.resume
+    assert search.stages == ("accelerated",) and search.resume
+    assert InferenceStrategy.auto(1000).search_stages().stages == ("ep", "damped")
     K, y = _xor(100, 0.2, 0, ell=0.5)
     lik = NoisyStep(0.2)
     first = run_chain(K, y, lik, search)

@@ -370,9 +370,9 @@ def test_search_stages_keep_eps_fixed_point_stages_only():
 
 def test_classifier_search_runs_the_search_stages(monkeypatch):
     """GPClassifier(likelihood="step"): every evaluation of the evidence search runs the
-    search stages (Anderson-accelerated parallel EP, then damped EP; no double loop, no
-    power EP) to the search tolerance, damping 0.5 tried first in the damped stage; the
-    fit's final state meets the estimator's tol.  The probit classifier's chain starts
+    search stage (Anderson-accelerated parallel EP only; no damped EP, no double loop, no
+    power EP) to the search tolerance; the fit's final state meets the estimator's tol
+    (its chain keeps the damped stage, damping 0.5 tried first).  The probit classifier's chain starts
     with plain parallel EP and gets no trial damping."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-1.0, 1.0, size=(80, 2))
@@ -392,7 +392,7 @@ def test_classifier_search_runs_the_search_stages(monkeypatch):
     search = [s for s, _ in calls if s.resume]
     assert len(search) >= 3
     for strategy in search:
-        assert strategy.stages == ("accelerated", "damped") and strategy.trial_damping == 0.5
+        assert strategy.stages == ("accelerated",) and strategy.trial_damping == 0.5
         assert strategy.damped_tol == robustep.get_config().search_tol
     assert clf.converged_ and clf._state.result.tol == clf.tol
     calls.clear()
