@@ -372,8 +372,8 @@ def test_classifier_search_runs_the_search_stages(monkeypatch):
     """GPClassifier(likelihood="step"): every evaluation of the evidence search runs the
     search stage (Anderson-accelerated parallel EP only; no damped EP, no double loop, no
     power EP) to the search tolerance; the fit's final state meets the estimator's tol
-    (its chain keeps the damped stage, damping 0.5 tried first).  The probit classifier's chain starts
-    with plain parallel EP and gets no trial damping."""
+    (its chain keeps the damped stage, damping 0.5 tried first).  The probit classifier's
+    chain starts with plain parallel EP and gets no trial damping."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-1.0, 1.0, size=(80, 2))
     y = np.where(X[:, 0] * X[:, 1] > 0, 1, 0)

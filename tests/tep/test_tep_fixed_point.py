@@ -26,12 +26,16 @@ from robustep.tep.process import _site_update
 _STRESS = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
 
 
-def _stress_cell(name):
+def _stress_cells():
     spec = importlib.util.spec_from_file_location("_stress_grid_tep", _STRESS)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    for cell in module.cells():
+    return module.cells()
+
+
+def _stress_cell(name):
+    for cell in _stress_cells():
         if cell.estimator == "BayesPointMachine" and cell.method == "ep" and cell.name == name:
             return cell.X, cell.y
     raise KeyError(name)
@@ -238,11 +242,7 @@ def test_follow_fixed_point_in_df_reaches_a_proper_fixed_point():
 
 
 def _process_cell(name):
-    spec = importlib.util.spec_from_file_location("_stress_grid_process", _STRESS)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    for cell in module.cells():
+    for cell in _stress_cells():
         if cell.estimator == "StudentTProcessClassifier" and cell.name == name:
             return cell.make().kernel(cell.X), cell.y.astype(float)
     raise KeyError(name)
