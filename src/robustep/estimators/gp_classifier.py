@@ -122,7 +122,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     max_iter : int
         Maximum EP sweeps (Newton iterations for Laplace).
     tol : float
-        Convergence tolerance on the largest change of site natural parameters.
+        Convergence tolerance on the largest change of site natural parameters.  With
+        ``likelihood="step"`` and ``method="auto"`` the change is measured in units of q's
+        marginals (relative change of a marginal's variance, change of its mean in
+        standard deviations; ``tol_units="marginal"`` of
+        :func:`robustep.ep.expectation_propagation`): the step likelihood's site
+        precisions grow with n, to thousands at n = 2000.
     optimizer : "fmin_l_bfgs_b", callable or None
         Maximise the approximate log marginal likelihood over the kernel's log
         hyperparameters (and the inducing inputs, see ``optimize_inducing``) with its
