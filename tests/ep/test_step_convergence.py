@@ -316,3 +316,40 @@ def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flip
     assert est.converged_ and est.method_used_ == "accelerated"
     assert est.optimizer_result_.moved and est.optimizer_result_.n_failures == 0
     np.testing.assert_allclose(est.kernel_.k2.length_scale, 0.683, rtol=1e-2)
+
+
+def test_sparse_step_model_keeps_the_amplitude_fixed_in_its_search():
+    """FITC's prior Q + diag(K - Q) scales with the kernel amplitude as K does, so the
+    sparse step model's evidence does not depend on it either (with fixed inducing inputs,
+    amplitude 0.5 against 5: equal evidence and predictions); its search keeps the
+    amplitude at its start and moves the length-scale only.  The sparse probit model
+    still searches both."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from robustep import GPClassifier
+
+    X, y = _step_data("xor", 150, 0.2, 0)
+    X_test = np.random.default_rng(1).uniform(-1.0, 1.0, size=(40, 2))
+    Z = X[::6]
+    fits = [
+        GPClassifier(
+            ConstantKernel(s2) * RBF(0.5),
+            likelihood="step",
+            label_noise=0.2,
+            inducing_points=Z,
+            optimizer=None,
+            tol=1e-9,
+        ).fit(X, y)  # fmt: skip
+        for s2 in (0.5, 5.0)
+    ]
+    np.testing.assert_allclose(fits[0].log_marginal_likelihood_value_,
+                               fits[1].log_marginal_likelihood_value_, rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(fits[0].predict_proba(X_test), fits[1].predict_proba(X_test),
+                               atol=1e-6)  # fmt: skip
+    step = GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z,
+                        optimize_inducing=False).fit(X, y)  # fmt: skip
+    amplitude = step.kernel_.k1
+    assert amplitude.hyperparameter_constant_value.fixed and amplitude.constant_value == 1.0
+    assert step.kernel_.theta.shape == (1,) and step.optimizer_result_.moved
+    probit = GPClassifier(inducing_points=Z, optimize_inducing=False).fit(X, y)
+    assert probit.kernel_.theta.shape == (2,)

@@ -24,7 +24,13 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from robustep.estimators import _learner, _sparse
-from robustep.estimators._binary import BinaryCore, BinaryFit, fitted_attributes, run_inference
+from robustep.estimators._binary import (
+    BinaryCore,
+    BinaryFit,
+    fitted_attributes,
+    fix_amplitude,
+    run_inference,
+)
 from robustep.posterior.factory import make_prior
 
 __all__ = ["check_sparse", "fit_sparse"]
@@ -166,6 +172,11 @@ def fit_sparse(params, X, y, likelihood, kernel, learner=None):
     from robustep._config import blas_thread_limit
 
     check_sparse(params)
+    full_batch = learner is None or isinstance(learner, _learner.FullBatchLearner)
+    if params.optimizer is not None and params.likelihood == "step" and full_batch:
+        # the step evidence does not depend on the amplitude (FITC's prior scales with
+        # it); the stochastic learner keeps its own parameterisation
+        kernel = fix_amplitude(kernel)
     # α resolved and validated: α < 1 takes methods "auto", "ep", "damped" and in-memory X
     alpha = _sparse.inducing_power_of(params, POWER_METHODS, dask=_sparse.is_dask_input(X))
     _sparse.check_inducing_gradient(params, kernel)
