@@ -569,6 +569,12 @@ def _time_to_peer_best(runs, peers):
     return rows, best_name, target, t_peer
 
 
+def _time_to_peer_table(title, rows, note):
+    """The table of :func:`_time_to_peer_best`'s rows."""
+    _table(title, ["learner", "target log loss", "reached after s", "time / SVGP's time"],
+           rows, note=note)  # fmt: skip
+
+
 def _curves_table(title, runs):
     """The per-checkpoint test error and log loss of every run with a curve."""
     rows = [
@@ -612,11 +618,7 @@ def report_classification(runs, cfg):
         )
     else:
         note = "No SVGP run: no target."
-    _table(
-        "classification: time to SVGP's best log loss",
-        ["learner", "target log loss", "reached after s", "time / SVGP's time"],
-        rows, note=note,
-    )  # fmt: skip
+    _time_to_peer_table("classification: time to SVGP's best log loss", rows, note)
     rows = []
     for name, run in runs.items():
         if "error" in run:
@@ -1216,11 +1218,7 @@ def report_million(runs, cfg):
                 f"{t_peer:.1f} s of training).")  # fmt: skip
     else:
         note = "No SVGP run: no target."
-    _table(
-        "million: time to SVGP's best log loss",
-        ["learner", "target log loss", "reached after s", "time / SVGP's time"],
-        rows, note=note,
-    )  # fmt: skip
+    _time_to_peer_table("million: time to SVGP's best log loss", rows, note)
     _curves_table("million: learning curves", runs)
     return verdict
 

@@ -540,6 +540,13 @@ def run_step_noise(cell_list, candidates=STEP_DEFAULT, max_iter=1000, verbose=Fa
             if verbose:
                 used = getattr(res, "method_used", "")
                 extra = "" if ratio is None else f" ratio to probit {ratio:.1f}"
+                search = getattr(res, "optimizer_result_", None)
+                if search is not None:  # the classifier's evidence search
+                    extra += (f" (search: {search.n_starts} starts, {search.n_evaluations} "
+                              f"evaluations, {search.n_failures} failed; kernel_ "
+                              f"{res.kernel_}; site precisions "
+                              f"{res.site_precision_.min():.3g} to "
+                              f"{res.site_precision_.max():.3g})")  # fmt: skip
                 print(f"{label:34s} seed {seed} {name:12s} {res.converged!s:5s} "
                       f"{res.n_iter:5d} sweeps {seconds:7.2f}s {used}{extra}",
                       flush=True)  # fmt: skip

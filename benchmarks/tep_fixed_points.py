@@ -52,16 +52,16 @@ from pathlib import Path
 import numpy as np
 
 from robustep import BayesPointMachine, get_config
-from robustep.tep.ep import linear_tep, rank_one_sites
+from robustep.tep.ep import linear_tep
 from robustep.tep.fixed_point import (
     LinearRankOnePosterior,
+    continue_from_gaussian_ep,
     follow_fixed_point,
     site_map_jacobian,
     solve_fixed_point,
 )
 
 DF, EPS = 10.0, 0.1
-_BOTTOM = np.log(DF)
 
 
 def _stress():
@@ -127,55 +127,20 @@ def _smallest_singular_value(post, tau, nu, y, df, k):
 def continuation(Z, y, singular_values=True, starts=(0.45, 0.3), relative=True):
     """Follow the proper fixed point of Gaussian EP (df = inf) from label noise eps0 (each
     of ``starts``) to 0.1, then in log df from 1e5 down to 10
-    (:func:`robustep.tep.fixed_point.follow_fixed_point`).  Returns, for the first path
+    (:func:`robustep.tep.fixed_point.continue_from_gaussian_ep`, the estimator's last
+    fallback, here with tighter tolerances and more steps).  Returns, for the first path
     that reaches df = 10 or else the last one: (Gaussian EP fixed point at 0.1 found, end
     of the df branch: 10.0 or the fold df*, the smallest singular value of I - dF/ds at
     the last point (None unless ``singular_values``: a dense SVD), reached df = 10)."""
-    k = Z.shape[1]
-    make = _posterior(Z)
-    result = (False, None, None, False)
-    for eps0 in starts:
-        start, state, done = None, None, 0
-        for sweeps in (1, 2, 3, 5, 300):
-            with np.errstate(all="ignore"):
-                state, _ = linear_tep(
-                    Z, y, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=0.5, state=state
-                )
-            done = sweeps
-            start = solve_fixed_point(
-                make, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=1e-9, relative=relative
-            )
-            if start is not None:
-                break
-        if start is None:
-            continue
-        tau, nu, _, x = follow_fixed_point(
-            make,
-            y,
-            k,
-            start[0],
-            start[1],
-            lambda e: (np.inf, e),
-            eps0,
-            EPS,
-            0.05,
-            tol=1e-9,
-            relative=relative,
-        )
-        if x != EPS:
-            continue
-        tau, nu, post, x = follow_fixed_point(
-            make, y, k, tau, nu, lambda ld: (DF if ld == _BOTTOM else float(np.exp(ld)), EPS),
-            np.log(1e5), _BOTTOM, 0.5, tol=1e-10, max_solves=1000, relative=relative,
-        )  # fmt: skip
-        df = DF if x == _BOTTOM else float(np.exp(x))
-        sv = None
-        if singular_values and post is not None:
-            sv = _smallest_singular_value(post, tau, nu, y, df, k)
-        result = (True, df, sv, x == _BOTTOM)
-        if x == _BOTTOM:
-            break
-    return result
+    path = continue_from_gaussian_ep(
+        Z, y, DF, EPS, _posterior(Z), damping=0.5, tol=1e-9, df_tol=1e-10,
+        sweeps=(1, 2, 3, 5, 300), starts=starts, max_solves=400, df_max_solves=1000,
+        relative=relative,
+    )  # fmt: skip
+    sv = None
+    if singular_values and path.gaussian and path.post is not None:
+        sv = _smallest_singular_value(path.post, path.tau, path.nu, y, path.df_end, Z.shape[1])
+    return path.gaussian, path.df_end, sv, path.reached
 
 
 def run(names=None):
@@ -293,7 +258,7 @@ def process_row(name, K, y, df=DF, eps=0.0):
             K, y, df=np.inf, eps=eps, max_iter=3000, damping=0.5, adaptive=True, tol=1e-12
         )
     start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6, relative=True)
-    row.update(gp_ep=start is not None, end=None, sv=None)
+    row.update(gp_ep=start is not None, end=None, sv=None, largest_site=float(np.max(tau)))
     if start is not None:
         bottom = np.log(df)
         tau, nu, post, x = follow_fixed_point(

@@ -873,7 +873,7 @@ def expectation_propagation(
         site's own change makes to its marginal of q, ``max(var_i |Δτ̃_i|, sqrt(var_i)
         |Δν̃_i − mean_i Δτ̃_i|)`` (:func:`marginal_residual`), which does not grow with the
         sites' size (the
-        label-noise step likelihood's sites reach precisions of thousands at n = 2000).
+        label-noise step likelihood's sites reach precisions of 10⁵ at n = 2000).
         The fixed points are the same; only where a run stops differs.  Applies to the
         parallel schedule's sweeps and to the convergence test of the final state.
 

@@ -313,10 +313,11 @@ def multinomial_probit_independent(mean, var, n_nodes=48):
     class.  mean, var (p, c); returns (p, c), rows normalised to 1."""
     from scipy.special import log_ndtr, logsumexp
 
+    from robustep.quadrature import gauss_hermite
+
     mean = np.asarray(mean, dtype=float)
     sd = np.sqrt(1.0 + np.maximum(np.asarray(var, dtype=float), 0.0))
-    x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
-    log_w = np.log(w / np.sqrt(2.0 * np.pi))
+    x, log_w = gauss_hermite(n_nodes)
     p, c = mean.shape
     log_p = np.empty((p, c))
     for k in range(c):

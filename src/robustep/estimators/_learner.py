@@ -625,26 +625,27 @@ def _learn_stochastic(learner, problem):
         callback=monitor, max_time=learner.max_time,
     )  # fmt: skip
 
-    def learn(**overrides):
-        chosen = {**options, **overrides}
-        if problem.n_classes is not None:
-            chosen.pop("learn_likelihood", None)
+    def learn(warmup=False):
+        """One run of the learner; ``warmup``: site updates only, for the warm-up epochs."""
+        chosen = dict(options)
+        learn_likelihood = tuple(problem.learn_likelihood)
+        if warmup:
+            chosen.update(n_epochs=int(learner.warmup_epochs), learn_kernel=False,
+                          learn_inducing=False, callback=None)  # fmt: skip
+            learn_likelihood = False
+        if problem.n_classes is not None:  # no likelihood parameters
             return fit_stochastic_multiclass_ep(
                 problem.kernel, X_train, y_train, problem.n_classes, problem.Z, **chosen
             )
         return fit_stochastic_ep(
             problem.kernel, X_train, y_train, problem.likelihood, problem.Z,
-            tied_sites=bool(learner.tied_sites), **chosen,
+            tied_sites=bool(learner.tied_sites), learn_likelihood=learn_likelihood, **chosen,
         )  # fmt: skip
 
-    options["learn_likelihood"] = tuple(problem.learn_likelihood)
     try:
         if learner.warmup_epochs:
             # the sites first settle at the starting values (the parameters stay)
-            options["state"] = learn(
-                n_epochs=int(learner.warmup_epochs), learn_kernel=False, learn_inducing=False,
-                learn_likelihood=False, callback=None,
-            )  # fmt: skip
+            options["state"] = learn(warmup=True)
             if learner.max_time is not None:
                 spent = time.perf_counter() - started
                 options["max_time"] = max(float(learner.max_time) - spent, 1e-3)

@@ -26,7 +26,7 @@ from robustep.tep.ep import (
 )
 from robustep.tep.fixed_point import (
     LinearRankOnePosterior,
-    follow_fixed_point,
+    continue_from_gaussian_ep,
     solve_fixed_point,
 )
 from robustep.tep.likelihood import _t_cdf
@@ -191,10 +191,12 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
         step).  Then, for at most ``robustep.config(tep_fixed_point_max_sites=...)``
         points, the dogleg trust-region method from the first sweep's sites (at most 100
         evaluations of a dense 2n x 2n Jacobian).  Last, continuation from Gaussian EP
-        with more label noise (:meth:`_continue_fixed_point`).
+        with more label noise
+        (:func:`robustep.tep.fixed_point.continue_from_gaussian_ep`).
         """
         n, k = Z.shape
         lam0, h0 = state.prior_lambda, state.prior_h
+        first_sweep = []  # the sites after one sweep at self.damping, once computed
 
         def posterior(tau, nu):
             try:
@@ -213,73 +215,31 @@ class BayesPointMachine(ClassifierMixin, BaseEstimator):
                         state=early,
                     )  # fmt: skip
                     done = sweeps
-                    yield rank_one_sites(early, Z)
+                    sites = rank_one_sites(early, Z)
+                    if not first_sweep:
+                        first_sweep.append(sites)
+                    yield sites
 
+        found = None
         for tau0, nu0 in starts():
             found = solve_fixed_point(posterior, y_pm, df, eps, k, tau0, nu0, tol=self.tol)
             if found is not None:
-                return rank_one_state(lam0, h0, Z, found[0], found[1], df)
-        if n <= get_config().tep_fixed_point_max_sites:
+                break
+        if found is None and n <= get_config().tep_fixed_point_max_sites:
             # the trust-region method from the first sweep's sites: slower, reaches further
-            early, _ = linear_tep(Z, y_pm, df=df, eps=eps, max_iter=1, damping=float(self.damping))
             found = solve_fixed_point(
-                posterior, y_pm, df, eps, k, *rank_one_sites(early, Z), tol=self.tol,
+                posterior, y_pm, df, eps, k, *first_sweep[0], tol=self.tol,
                 max_newton=100, method="dogbox",
             )  # fmt: skip
-            if found is not None:
-                return rank_one_state(lam0, h0, Z, found[0], found[1], df)
-        found = self._continue_fixed_point(Z, y_pm, df, eps, posterior)
-        if found is not None:
-            return rank_one_state(lam0, h0, Z, found[0], found[1], df)
-        return None
-
-    def _continue_fixed_point(self, Z, y_pm, df, eps, posterior):
-        """The fixed point reached by continuation from Gaussian EP with more label noise.
-
-        For a start label noise eps0 in (0.45, 0.3) above ``eps``: Gaussian EP's fixed
-        point at eps0 (Newton's method from the sites after 1, 2, 3, 5 and 100 damped
-        sweeps, which converge there more often), followed by
-        :func:`robustep.tep.fixed_point.follow_fixed_point` to label noise ``eps``, then in
-        ``log df`` from ``max(1e5, 10 df)`` down to ``df``.  Returns (tau, nu) or None
-        (the branch folds before the target or no start was found).
-        """
-        k = Z.shape[1]
-        tol = min(self.tol, 1e-8)
-        damping = float(self.damping)
-        for eps0 in (0.45, 0.3):
-            if eps0 <= eps:
-                continue
-            start, state, done = None, None, 0
-            for sweeps in (1, 2, 3, 5, 100):
-                state, _ = linear_tep(
-                    Z, y_pm, df=np.inf, eps=eps0, max_iter=sweeps - done, damping=damping,
-                    state=state,
-                )  # fmt: skip
-                done = sweeps
-                start = solve_fixed_point(
-                    posterior, y_pm, np.inf, eps0, k, *rank_one_sites(state, Z), tol=tol
-                )
-                if start is not None:
-                    break
-            if start is None:
-                continue
-            tau, nu, _, x = follow_fixed_point(
-                posterior, y_pm, k, start[0], start[1], lambda e: (np.inf, e), eps0, eps,
-                0.05, tol=tol, max_solves=150,
+        if found is None:
+            path = continue_from_gaussian_ep(
+                Z, y_pm, df, eps, posterior, damping=float(self.damping),
+                tol=min(self.tol, 1e-8),
             )  # fmt: skip
-            if x != eps:
-                continue
-            if np.isinf(df):
-                return tau, nu
-            top, bottom = np.log(max(1e5, 10.0 * df)), np.log(df)
-            tau, nu, _, x = follow_fixed_point(
-                posterior, y_pm, k, tau, nu,
-                lambda ld, bottom=bottom: (df if ld == bottom else float(np.exp(ld)), eps),
-                top, bottom, 0.5, tol=tol, max_solves=150,
-            )  # fmt: skip
-            if x == bottom:
-                return tau, nu
-        return None
+            found = (path.tau, path.nu) if path.reached else None
+        if found is None:
+            return None
+        return rank_one_state(lam0, h0, Z, found[0], found[1], df)
 
     def _posterior_and_evidence(self, state, info, Z, y_pm, eps):
         """(mu, Sigma, log evidence) of the state the fit keeps.

@@ -127,7 +127,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         marginals (relative change of a marginal's variance, change of its mean in
         standard deviations; ``tol_units="marginal"`` of
         :func:`robustep.ep.expectation_propagation`): the step likelihood's site
-        precisions grow with n, to thousands at n = 2000.
+        precisions grow with n, to 10⁵ at n = 2000.
     optimizer : "fmin_l_bfgs_b", callable or None
         Maximise the approximate log marginal likelihood over the kernel's log
         hyperparameters (and the inducing inputs, see ``optimize_inducing``) with its

@@ -415,11 +415,9 @@ def _linear_tep_rank1(X, y, state, df, eps, method, max_iter, tol, damping, clip
         if method == "adf" or (max_diff < tol and clean):
             converged = True
             break
-    state.site_lambda = tau[:, None, None] * np.einsum("ij,ik->ijk", X, X)
-    state.site_h = nu[:, None] * X
-    info = TEPInfo(it, converged, history[-1] if history else 0.0, history, n_skipped)
-    info.last_proper = last_proper
-    return state, info
+    state.site_lambda, state.site_h = _rank_one_site_arrays(X, tau, nu)
+    last = history[-1] if history else 0.0
+    return state, TEPInfo(it, converged, last, history, n_skipped, last_proper)
 
 
 def rank_one_sites(state, X):
@@ -434,15 +432,14 @@ def rank_one_sites(state, X):
     return tau, nu
 
 
+def _rank_one_site_arrays(X, tau, nu):
+    """The site arrays ``(tau_j x_j x_j^T (n, k, k), nu_j x_j (n, k))`` of scalar sites."""
+    return tau[:, None, None] * np.einsum("ij,ik->ijk", X, X), nu[:, None] * X
+
+
 def rank_one_state(prior_lambda, prior_h, X, tau, nu, df):
     """A :class:`LinearTEPState` with rank-one sites ``(tau_j x_j x_j^T, nu_j x_j)``."""
-    return LinearTEPState(
-        prior_lambda,
-        prior_h,
-        tau[:, None, None] * np.einsum("ij,ik->ijk", X, X),
-        nu[:, None] * X,
-        float(df),
-    )
+    return LinearTEPState(prior_lambda, prior_h, *_rank_one_site_arrays(X, tau, nu), float(df))
 
 
 def linear_posterior(state):

@@ -26,13 +26,18 @@ method forms the dense Jacobian.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from scipy.optimize import least_squares
 
+from robustep.tep.ep import linear_tep, rank_one_sites
 from robustep.tep.process import _site_map_jacobian, _site_update, _site_update_partials
 
 __all__ = [
+    "Continuation",
     "LinearRankOnePosterior",
+    "continue_from_gaussian_ep",
     "follow_fixed_point",
     "site_map_jacobian",
     "solve_fixed_point",
@@ -325,3 +330,89 @@ def follow_fixed_point(
         x = target
         step *= 1.5
     return tau, nu, post, x
+
+
+@dataclasses.dataclass
+class Continuation:
+    """The outcome of :func:`continue_from_gaussian_ep` (its last path).
+
+    gaussian : a path reached Gaussian EP's proper fixed point at the target label noise.
+    df_end : where the path in df ended (the target df, or a fold df* above it; None when
+        no path reached the target label noise).
+    reached : the path reached the target (eps, df); tau, nu, post : the sites (n,) and
+        posterior at the end of the last path (None when it never left its start).
+    """
+
+    gaussian: bool = False
+    df_end: float | None = None
+    reached: bool = False
+    tau: np.ndarray | None = None
+    nu: np.ndarray | None = None
+    post: object = None
+
+
+def continue_from_gaussian_ep(
+    Z, y, df, eps, posterior, *, damping, tol, df_tol=None, sweeps=(1, 2, 3, 5, 100),
+    starts=(0.45, 0.3), max_solves=150, df_max_solves=150, relative=False,
+):  # fmt: skip
+    """The linear t-EP fixed point at (eps, df) by continuation from Gaussian EP with more
+    label noise (docs/reliability.md, "t-exponential EP: valid fixed points").
+
+    For each start label noise eps0 of ``starts`` above ``eps``: Gaussian EP's fixed point
+    at eps0 (Newton's method from the sites after each count of ``sweeps`` damped sweeps,
+    which converge there more often), followed by :func:`follow_fixed_point` to label
+    noise ``eps`` (steps 0.05), then in ``log df`` from ``max(1e5, 10 df)`` down to ``df``
+    (steps 0.5; tolerance ``df_tol``, default ``tol``).  The first path that reaches
+    (eps, df) wins.
+
+    Parameters
+    ----------
+    Z : (n, k) design; y : (n,) labels ±1; df, eps : the target model.
+    posterior : callable (tau, nu) -> posterior or None (as :func:`solve_fixed_point`).
+    damping : the damping of the start sweeps; relative : as :func:`solve_fixed_point`.
+
+    Returns
+    -------
+    Continuation
+    """
+    k = Z.shape[1]
+    df_tol = tol if df_tol is None else df_tol
+    out = Continuation()
+    for eps0 in starts:
+        if eps0 <= eps:
+            continue
+        start, state, done = None, None, 0
+        for count in sweeps:
+            with np.errstate(all="ignore"):
+                state, _ = linear_tep(
+                    Z, y, df=np.inf, eps=eps0, max_iter=count - done, damping=damping,
+                    state=state,
+                )  # fmt: skip
+            done = count
+            start = solve_fixed_point(
+                posterior, y, np.inf, eps0, k, *rank_one_sites(state, Z), tol=tol,
+                relative=relative,
+            )  # fmt: skip
+            if start is not None:
+                break
+        if start is None:
+            continue
+        tau, nu, post, x = follow_fixed_point(
+            posterior, y, k, start[0], start[1], lambda e: (np.inf, e), eps0, eps, 0.05,
+            tol=tol, max_solves=max_solves, relative=relative,
+        )  # fmt: skip
+        if x != eps:
+            continue
+        if np.isinf(df):
+            return Continuation(True, df, True, tau, nu, post)
+        top, bottom = np.log(max(1e5, 10.0 * df)), np.log(df)
+        tau, nu, post, x = follow_fixed_point(
+            posterior, y, k, tau, nu,
+            lambda ld, bottom=bottom: (df if ld == bottom else float(np.exp(ld)), eps),
+            top, bottom, 0.5, tol=df_tol, max_solves=df_max_solves, relative=relative,
+        )  # fmt: skip
+        out = Continuation(True, df if x == bottom else float(np.exp(x)), x == bottom,
+                           tau, nu, post)  # fmt: skip
+        if out.reached:
+            return out
+    return out

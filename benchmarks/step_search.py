@@ -1,0 +1,250 @@
+"""The label-noise step classifier's evidence search, counted evaluation by evaluation.
+
+``GPClassifier(likelihood="step", label_noise=eps)`` with its defaults on the cells of
+``benchmarks/stress.py --step-noise`` (XOR and smooth boundaries, 10/20/30% flipped
+labels with eps equal to the flip rate, and XOR with 20% flips fitted with eps = 0.1;
+n = 200 and 300, seeds 5-7: 42 fits).  For every fit it records the fitted length-scale,
+log evidence, ``method_used_`` and seconds, and for every EP run of the fit whether it
+was a search evaluation or the final fit, the stage it converged in (or failed), and its
+sweeps.  ``--variant`` runs the fit as it was with an earlier design, for comparison
+(the library has no switch for these; the benchmark replaces one method for the run):
+
+* ``current``: the defaults;
+* ``former-search``: the search evaluations run stage "damped" after a failed stage
+  "accelerated" (the chain's stages 1-2, as before ``InferenceStrategy.search_stages``
+  kept stage "accelerated" alone);
+* ``site-units``: the step chain measures ``tol`` in site units (``tol_units="sites"``);
+* ``nearest-warm``: each search evaluation starts from the nearest earlier successful
+  one (largest log-hyperparameter difference) instead of the last;
+* ``nearest-warm-zero``: the same, from zero sites where the nearest is more than 0.5
+  away.
+
+``--compare A B`` runs two variants and prints the totals of seconds and sweeps of each and,
+over the fits that end in stage "accelerated" in both (those with eps equal to the flip
+rate, and all), the largest change of the length-scale (relative) and of the log
+evidence.
+
+``--fallback``: the searches that fail at their first evaluation (XOR with 20% flips
+fitted with eps = 0.1, n = 100 and 150, seeds 0-7): each fit without the fallback starts
+(``robustep.config(search_fallback_starts=0)``) and with the defaults.
+
+Usage::
+
+    python benchmarks/step_search.py                       # the current defaults
+    python benchmarks/step_search.py --variant former-search
+    python benchmarks/step_search.py --compare current nearest-warm-zero
+    python benchmarks/step_search.py --fallback
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from robustep import GPClassifier, config
+
+VARIANTS = ("current", "former-search", "site-units", "nearest-warm", "nearest-warm-zero")
+
+
+def _stress():
+    path = Path(__file__).resolve().parent / "stress.py"
+    spec = importlib.util.spec_from_file_location("_stress_step_search", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cells():
+    """(boundary, n, flip, seed, eps) of the 42 fits."""
+    out = [(b, n, f, s, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)
+           for n in (200, 300) for s in (5, 6, 7)]  # fmt: skip
+    return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in (5, 6, 7)]
+
+
+@contextlib.contextmanager
+def variant(name, runs):
+    """Run the fits as ``name`` (module docstring); every EP run of a fit is appended to
+    ``runs`` as (search evaluation?, stage, converged, sweeps)."""
+    from robustep.ep import strategy
+    from robustep.estimators import _binary_dense
+
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
+    core = _binary_dense.DenseBinaryCore
+    saved = {
+        (core, "infer"): core.infer,
+        (core, "optimise"): core.optimise,
+        (strategy.InferenceStrategy, "search_stages"): strategy.InferenceStrategy.search_stages,
+        (strategy.InferenceStrategy, "auto"): strategy.InferenceStrategy.__dict__["auto"],
+    }
+    infer = core.infer
+
+    def recorded_infer(self, prior, init=None, search=False):
+        res = infer(self, prior, init, search)
+        runs.append((search, getattr(res, "method_used", "-"), bool(res.converged),
+                     int(res.n_iter)))  # fmt: skip
+        return res
+
+    core.infer = recorded_infer
+    if name == "former-search":
+        stages = strategy.InferenceStrategy.search_stages
+
+        def search_stages(self, damped_tol=None):
+            chosen = stages(self, damped_tol)
+            kept = tuple(s for s in self.stages if s in ("accelerated", "damped"))
+            return dataclasses.replace(chosen, stages=kept) if "accelerated" in kept else chosen
+
+        strategy.InferenceStrategy.search_stages = search_stages
+    elif name == "site-units":
+        auto = strategy.InferenceStrategy.auto.__func__
+
+        def site_units(cls, *args, **kwargs):
+            return auto(cls, *args, **{**kwargs, "tol_units": "sites"})
+
+        strategy.InferenceStrategy.auto = classmethod(site_units)
+    elif name in ("nearest-warm", "nearest-warm-zero"):
+        optimise = core.optimise
+
+        def nearest_optimise(self):
+            done = []  # (theta, result) of the successful evaluations
+            evaluate = self.evaluate
+
+            def nearest(theta, eval_gradient, init=None, search=False):
+                theta = np.asarray(theta, dtype=float)
+                if done:
+                    gaps = [np.max(np.abs(t - theta)) for t, _ in done]
+                    j = int(np.argmin(gaps))
+                    init = self.warm_state(done[j][1])
+                    if name == "nearest-warm-zero" and gaps[j] > 0.5:
+                        init = None
+                out = evaluate(theta, eval_gradient, init, search)
+                if out[2].converged:
+                    done.append((theta.copy(), out[2]))
+                return out
+
+            self.evaluate = nearest
+            try:
+                return optimise(self)
+            finally:
+                del self.evaluate
+
+        core.optimise = nearest_optimise
+    try:
+        yield
+    finally:
+        for (owner, attr), value in saved.items():
+            setattr(owner, attr, value)
+
+
+def run(name, verbose=True):
+    """The 42 fits as variant ``name``: a list of per-fit dicts."""
+    data = _stress().step_noise_data
+    fits = []
+    for boundary, n, flip, seed, eps in cells():
+        X, y = data(boundary, n, flip, seed)
+        runs = []
+        with variant(name, runs), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
+            seconds = time.perf_counter() - t0
+        fit = dict(cell=(boundary, n, flip, seed, eps), seconds=seconds, runs=runs,
+                   ell=float(est.kernel_.k2.length_scale),
+                   lml=float(est.log_marginal_likelihood_value_),
+                   method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
+        fits.append(fit)
+        if verbose:
+            print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
+                  f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
+                  f"{fit['method']}, {sum(r[3] for r in runs)} sweeps", flush=True)  # fmt: skip
+    return fits
+
+
+def summary(name, fits):
+    """The search evaluations by stage and outcome, and the totals."""
+    search = [r for f in fits for r in f["runs"] if r[0]]
+    failed = [r[3] for r in search if not r[2]]
+    by_stage = Counter((r[1], "converged" if r[2] else "failed") for r in search)
+    stages = ", ".join(f"{s} {outcome}: {k}" for (s, outcome), k in sorted(by_stage.items()))
+    print(f"\n{name}: {len(fits)} fits, {sum(f['seconds'] for f in fits):.1f} s, "
+          f"{sum(r[3] for f in fits for r in f['runs'])} sweeps; "
+          f"{sum(f['method'] == 'accelerated' and f['converged'] for f in fits)} converged "
+          f"in stage accelerated")  # fmt: skip
+    print(
+        f"search evaluations: {len(search)} ({stages}); failed ones: {len(failed)}, "
+        f"median {np.median(failed) if failed else 0:.0f} sweeps each"
+    )
+
+
+def compare(a, b):
+    fa, fb = run(a, verbose=False), run(b, verbose=False)
+    summary(a, fa)
+    summary(b, fb)
+    pairs = [(x, y) for x, y in zip(fa, fb, strict=True)
+             if x["method"] == y["method"] == "accelerated"]  # fmt: skip
+    for label, chosen in (
+        ("eps equal to the flip rate", [p for p in pairs if p[0]["cell"][2] == p[0]["cell"][4]]),
+        ("all", pairs),
+    ):
+        d_ell = max(abs(y["ell"] - x["ell"]) / x["ell"] for x, y in chosen)
+        d_lml = max(abs(y["lml"] - x["lml"]) for x, y in chosen)
+        print(
+            f"{b} against {a}, the {len(chosen)} fits ({label}) that end in stage "
+            f"accelerated in both: length-scale within {d_ell:.1%}, log evidence within "
+            f"{d_lml:.1e}"
+        )
+
+
+def fallback():
+    """Without and with the fallback starts (module docstring)."""
+    data = _stress().step_noise_data
+    print(
+        "| n | seed | without: search succeeded | method_used_ | s | with: starts | "
+        "method_used_ | length-scale | s |\n|" + "---|" * 9
+    )
+    for n in (100, 150):
+        for seed in range(8):
+            X, y = data("xor", n, 0.2, seed)
+            row = [n, seed]
+            for starts in (0, None):
+                settings = {} if starts is None else {"search_fallback_starts": starts}
+                with config(**settings), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    t0 = time.perf_counter()
+                    est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+                    seconds = time.perf_counter() - t0
+                result = est.optimizer_result_
+                if starts == 0:
+                    row += [result.success, est.method_used_, f"{seconds:.1f}"]
+                else:
+                    row += [result.n_starts, est.method_used_,
+                            f"{est.kernel_.k2.length_scale:.3g}", f"{seconds:.1f}"]  # fmt: skip
+            print("| " + " | ".join(str(v) for v in row) + " |", flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", default="current", choices=VARIANTS)
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), choices=VARIANTS)
+    parser.add_argument("--fallback", action="store_true", help="the fallback starts' cells")
+    args = parser.parse_args(argv)
+    if args.fallback:
+        fallback()
+    elif args.compare:
+        compare(*args.compare)
+    else:
+        summary(args.variant, run(args.variant))
+
+
+if __name__ == "__main__":
+    main()
