@@ -14,10 +14,16 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   "accelerated" (the chain's stages 1-2, as before ``InferenceStrategy.search_stages``
   kept stage "accelerated" alone);
 * ``site-units``: the step chain measures ``tol`` in site units (``tol_units="sites"``);
+* ``site-weights``: stage "accelerated" chooses its mixing weights by the residuals in
+  site units, not in the tolerance's marginal units;
+* ``former-stage``: stage "accelerated" with memory 5 and 20 warm-up sweeps;
 * ``nearest-warm``: each search evaluation starts from the nearest earlier successful
   one (largest log-hyperparameter difference) instead of the last;
 * ``nearest-warm-zero``: the same, from zero sites where the nearest is more than 0.5
   away.
+
+``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
+smooth boundary with 10%, seed 5) instead, printing each fit.
 
 ``--compare A B`` runs two variants and prints the totals of seconds and sweeps of each and,
 over the fits that end in stage "accelerated" in both (those with eps equal to the flip
@@ -33,6 +39,9 @@ Usage::
     python benchmarks/step_search.py                       # the current defaults
     python benchmarks/step_search.py --variant former-search
     python benchmarks/step_search.py --compare current nearest-warm-zero
+    python benchmarks/step_search.py --compare current site-weights
+    python benchmarks/step_search.py --large --compare current former-stage   # n = 2000
+    python benchmarks/step_search.py --large --runs   # each EP run of the n = 2000 fits
     python benchmarks/step_search.py --fallback
 """
 
@@ -52,7 +61,15 @@ import numpy as np
 
 from robustep import GPClassifier, config
 
-VARIANTS = ("current", "former-search", "site-units", "nearest-warm", "nearest-warm-zero")
+VARIANTS = (
+    "current",
+    "former-search",
+    "site-units",
+    "site-weights",
+    "former-stage",
+    "nearest-warm",
+    "nearest-warm-zero",
+)
 
 
 def _stress():
@@ -64,18 +81,22 @@ def _stress():
     return module
 
 
-def cells():
-    """(boundary, n, flip, seed, eps) of the 42 fits."""
+def cells(large=False):
+    """(boundary, n, flip, seed, eps) of the 42 fits, or with ``large`` the two n = 2000
+    fits (XOR with 20% flips and the smooth boundary with 10%, seed 5)."""
+    if large:
+        return [("xor", 2000, 0.2, 5, 0.2), ("smooth", 2000, 0.1, 5, 0.1)]
     out = [(b, n, f, s, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)
            for n in (200, 300) for s in (5, 6, 7)]  # fmt: skip
     return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in (5, 6, 7)]
 
 
 @contextlib.contextmanager
-def variant(name, runs):
+def variant(name, runs, lengths=None):
     """Run the fits as ``name`` (module docstring); every EP run of a fit is appended to
-    ``runs`` as (search evaluation?, stage, converged, sweeps)."""
-    from robustep.ep import strategy
+    ``runs`` as (search evaluation?, stage, converged, sweeps), and with ``lengths`` (a
+    list) each search evaluation's length-scale to it."""
+    from robustep.ep import accelerated, strategy
     from robustep.estimators import _binary_dense
 
     if name not in VARIANTS:
@@ -96,6 +117,15 @@ def variant(name, runs):
         return res
 
     core.infer = recorded_infer
+    if lengths is not None:
+        saved[(core, "evaluate")] = core.evaluate
+        evaluate = core.evaluate
+
+        def recorded_evaluate(self, theta, *args, **kwargs):
+            lengths.append(float(np.exp(theta[-1])))
+            return evaluate(self, theta, *args, **kwargs)
+
+        core.evaluate = recorded_evaluate
     if name == "former-search":
         stages = strategy.InferenceStrategy.search_stages
 
@@ -112,6 +142,18 @@ def variant(name, runs):
             return auto(cls, *args, **{**kwargs, "tol_units": "sites"})
 
         strategy.InferenceStrategy.auto = classmethod(site_units)
+    elif name == "site-weights":
+        saved[(accelerated, "_in_tolerance_units")] = accelerated._in_tolerance_units
+        accelerated._in_tolerance_units = lambda ctx, ev, v: v
+    elif name == "former-stage":
+        auto = strategy.InferenceStrategy.auto.__func__
+
+        def former_stage(cls, *args, **kwargs):
+            chosen = auto(cls, *args, **kwargs)
+            stage = strategy.AcceleratedStage(memory=5, warmup=20)
+            return dataclasses.replace(chosen, accelerated=stage)
+
+        strategy.InferenceStrategy.auto = classmethod(former_stage)
     elif name in ("nearest-warm", "nearest-warm-zero"):
         optimise = core.optimise
 
@@ -146,14 +188,15 @@ def variant(name, runs):
             setattr(owner, attr, value)
 
 
-def run(name, verbose=True):
-    """The 42 fits as variant ``name``: a list of per-fit dicts."""
+def run(name, verbose=True, large=False, show_runs=False):
+    """The 42 fits (or with ``large`` the two n = 2000 ones) as variant ``name``: a list of
+    per-fit dicts; ``show_runs`` prints each fit's EP runs and their sweeps."""
     data = _stress().step_noise_data
     fits = []
-    for boundary, n, flip, seed, eps in cells():
+    for boundary, n, flip, seed, eps in cells(large):
         X, y = data(boundary, n, flip, seed)
-        runs = []
-        with variant(name, runs), warnings.catch_warnings():
+        runs, lengths = [], []
+        with variant(name, runs, lengths), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
             est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
@@ -167,6 +210,12 @@ def run(name, verbose=True):
             print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
                   f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
                   f"{fit['method']}, {sum(r[3] for r in runs)} sweeps", flush=True)  # fmt: skip
+            if show_runs:
+                at = iter(lengths)
+                print("    EP runs (length-scale: sweeps): " + ", ".join(
+                    f"{next(at):.3g}: {sweeps}{'' if ok else ' failed'}" if search
+                    else f"final: {sweeps}" for search, _, ok, sweeps in runs),
+                    flush=True)  # fmt: skip
     return fits
 
 
@@ -186,8 +235,8 @@ def summary(name, fits):
     )
 
 
-def compare(a, b):
-    fa, fb = run(a, verbose=False), run(b, verbose=False)
+def compare(a, b, large=False):
+    fa, fb = run(a, verbose=large, large=large), run(b, verbose=large, large=large)
     summary(a, fa)
     summary(b, fb)
     pairs = [(x, y) for x, y in zip(fa, fb, strict=True)
@@ -196,6 +245,9 @@ def compare(a, b):
         ("eps equal to the flip rate", [p for p in pairs if p[0]["cell"][2] == p[0]["cell"][4]]),
         ("all", pairs),
     ):
+        if not chosen:
+            print(f"no fit ({label}) ends in stage accelerated in both")
+            continue
         d_ell = max(abs(y["ell"] - x["ell"]) / x["ell"] for x, y in chosen)
         d_lml = max(abs(y["lml"] - x["lml"]) for x, y in chosen)
         print(
@@ -237,13 +289,23 @@ def main(argv=None):
     parser.add_argument("--variant", default="current", choices=VARIANTS)
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), choices=VARIANTS)
     parser.add_argument("--fallback", action="store_true", help="the fallback starts' cells")
+    parser.add_argument(
+        "--runs",
+        action="store_true",
+        help="print each fit's EP runs (search evaluations, final fit)",
+    )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="the two n = 2000 fits instead of the 42 (minutes each)",
+    )
     args = parser.parse_args(argv)
     if args.fallback:
         fallback()
     elif args.compare:
-        compare(*args.compare)
+        compare(*args.compare, large=args.large)
     else:
-        summary(args.variant, run(args.variant))
+        summary(args.variant, run(args.variant, large=args.large, show_runs=args.runs))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,18 @@ def test_variants_change_the_search_and_restore_it():
         assert chain.search_stages(1e-2).stages == ("accelerated", "damped")
     with step_search.variant("site-units", []):
         assert InferenceStrategy.auto(100, accelerate=True).tol_units == "sites"
+    from robustep.ep import accelerated
+
+    scaled = accelerated._in_tolerance_units
+    with step_search.variant("site-weights", []):
+        v = np.ones(4)
+        assert accelerated._in_tolerance_units(None, None, v) is v
+    assert accelerated._in_tolerance_units is scaled
+    with step_search.variant("former-stage", []):
+        stage = InferenceStrategy.auto(100, accelerate=True).accelerated
+        assert (stage.memory, stage.warmup) == (5, 20)
+    stage = InferenceStrategy.auto(100, accelerate=True).accelerated
+    assert (stage.memory, stage.warmup) == (10, 10)
     assert chain.search_stages(1e-2).stages == ("accelerated",)
     assert InferenceStrategy.auto(100, tol_units="marginal").tol_units == "marginal"
     assert (_binary_dense.DenseBinaryCore.infer,

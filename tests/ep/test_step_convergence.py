@@ -295,8 +295,9 @@ def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed)
     plain = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert plain.converged_ and plain.method_used_ != "accelerated"
     np.testing.assert_allclose(est.kernel_.theta, plain.kernel_.theta, atol=5e-3)
+    # both final fits stop at tol = 1e-4 (marginal units), at different points within it
     np.testing.assert_allclose(est.log_marginal_likelihood_value_,
-                               plain.log_marginal_likelihood_value_, rtol=1e-6)  # fmt: skip
+                               plain.log_marginal_likelihood_value_, atol=3e-4)  # fmt: skip
 
 
 def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flips():

@@ -298,3 +298,38 @@ def test_classifier_search_starts_again_from_shorter_length_scales():
     assert result.success and result.moved and result.n_starts == 2
     assert fit.converged_ and fit.method_used_ == "accelerated"
     assert fit.log_marginal_likelihood_value_ > stuck.log_marginal_likelihood_value_
+
+
+def test_a_failure_from_a_worse_point_is_tried_again_from_the_best_point():
+    """An evaluation that fails from the state of a trial point that did not improve (here:
+    every evaluation warm-started from a state below -3, as far-off first steps of
+    L-BFGS-B leave) is evaluated once more from the best point's state; one that fails
+    from the best point's state is not repeated."""
+    calls = []
+
+    def evaluate(x, context):
+        calls.append((x[0], None if context.warm is None else float(context.warm[0])))
+        if context.warm is not None and context.warm[0] < -3.0 and x[0] > -3.0:
+            raise EvaluationFailed("inference did not converge")
+        d = x[0] + 1.0
+        return Evaluation(-2.0 * d * d, np.array([-4.0 * d]), state=x.copy())
+
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)])
+    assert calls[1][0] == pytest.approx(-4.0)  # the first step: the raw gradient
+    retried = [i for i in range(1, len(calls)) if calls[i][0] == calls[i - 1][0]]
+    assert retried, "the test needs a repeated evaluation"
+    i = retried[0]
+    assert calls[i - 1][1] < -3.0 and calls[i][1] == pytest.approx(0.0)
+    assert res.success and res.n_failures == 0
+    np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+
+    def always_fails_away_from_start(x, context):
+        calls.append((x[0], None if context.warm is None else float(context.warm[0])))
+        if x[0] != 0.0:
+            raise EvaluationFailed("inference did not converge")
+        return Evaluation(-(float(x[0] - 5.0) ** 2), np.array([-2.0 * (x[0] - 5.0)]), state=x)
+
+    calls.clear()
+    res = maximise_evidence(always_fails_away_from_start, np.zeros(1), [(-10.0, 10.0)])
+    # x = 0 is the only success: every failure was warm-started from the best point
+    assert res.n_failures >= 1 and len(calls) == res.n_evaluations

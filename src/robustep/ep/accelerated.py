@@ -13,6 +13,13 @@ whose residuals f = g(x) - x combine to the smallest norm:
 
 with ΔF, ΔG (2n, m) the differences of successive residuals and proposals (ΔG = ΔX + ΔF),
 at one factorisation per sweep, as a plain sweep.  Its fixed points are EP's (f = 0).
+The least-squares problem of γ measures residuals in the run's tolerance units: with
+``tol_units="marginal"`` each site's (Δτ̃_i, Δν̃_i) counts as the change it makes to its
+marginal, ``(var_i Δτ̃_i, sqrt(var_i)(Δν̃_i − mean_i Δτ̃_i))``
+(docs/derivations/engine_floor.md §7).  On the label-noise step likelihood the site
+precisions span −5·10⁴ to 3·10⁵ at n = 2000; in site units the few largest sites decide
+γ, and the step classifier's evidence searches there took 3.7 times as long
+(docs/reliability.md, "Cost of the step classifier").
 
 Safeguards (the proposal is not a valid site configuration everywhere):
 
@@ -95,8 +102,8 @@ def accelerated_expectation_propagation(
     y,
     likelihood,
     *,
-    memory=5,
-    warmup=20,
+    memory=10,
+    warmup=10,
     damping=0.6,
     window=20,
     warm_window=10,
@@ -250,6 +257,22 @@ def _iterate(ctx, ev, memory, warmup, window, damping):
         ctx.record(phase, ev, change, used)
 
 
+def _in_tolerance_units(ctx, ev, v):
+    """Site changes ``v`` (..., 2n), stacked as (Δτ̃, Δν̃), in the units the run's tolerance
+    measures: unchanged for ``tol_units="sites"``; for ``"marginal"`` the first-order
+    changes they make to q's marginals N(mean_i, var_i),
+    ``(var_i Δτ̃_i, sqrt(var_i) (Δν̃_i − mean_i Δτ̃_i))``
+    (:func:`robustep.ep.engine.marginal_residual`, docs/derivations/engine_floor.md §7)."""
+    if ctx.tol_units != "marginal":
+        return v
+    n = ev.precision.size
+    var, mean = np.asarray(ev.post.var), np.asarray(ev.post.mean)
+    d_precision, d_shift = v[..., :n], v[..., n:]
+    return np.concatenate(
+        [d_precision * var, (d_shift - d_precision * mean) * np.sqrt(var)], axis=-1
+    )
+
+
 def _extrapolate(ctx, ev, memory):
     """The Anderson point from ``ev`` and ``memory`` (updated), evaluated; None when it and
     its three pulls towards the plain proposal are invalid."""
@@ -261,10 +284,11 @@ def _extrapolate(ctx, ev, memory):
     if memory.dF:
         dF = np.asarray(memory.dF)  # (m, 2n)
         dG = np.asarray(memory.dX) + dF
-        gram = dF @ dF.T
+        dF_scaled = _in_tolerance_units(ctx, ev, dF)
+        gram = dF_scaled @ dF_scaled.T
         gram[np.diag_indices_from(gram)] += _RIDGE * np.trace(gram) + np.finfo(float).tiny
         try:
-            gamma = np.linalg.solve(gram, dF @ f)
+            gamma = np.linalg.solve(gram, dF_scaled @ _in_tolerance_units(ctx, ev, f))
         except np.linalg.LinAlgError:
             gamma = np.zeros(len(dF))
         point = proposal - gamma @ dG

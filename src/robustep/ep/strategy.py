@@ -293,14 +293,16 @@ class AcceleratedStage:
         sites (with the warm-up): a warm start from hyperparameters far away (an
         optimiser's trial step) converged more slowly than zero sites.
 
-    On the label-noise step likelihood (n = 200, 54 cells of benchmarks/stress.py's data
-    at length-scales 0.3-1, from zero sites) memory 5 and 10 needed about the same sweeps
-    (median 29), and 20 warm-up sweeps at damping 0.6 left fewer runs unconverged than 10
-    at 0.8 (docs/reliability.md, "Cost of the step classifier").
+    On the label-noise step likelihood's 42 fits at n = 200 and 300
+    (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;
+    at n = 2000 the damped warm-up diverges after about 13 sweeps at the starting kernel
+    of the smooth-boundary cell, where 10 warm-up sweeps and the extrapolation converge,
+    and memory 5 hovered in the final refinement to ``tol`` where memory 10 converged
+    (docs/reliability.md, "Cost of the step classifier").
     """
 
-    memory: int = 5
-    warmup: int = 20
+    memory: int = 10
+    warmup: int = 10
     damping: float = 0.6
     window: int = 20
     warm_window: int = 10

@@ -16,7 +16,8 @@ way for every estimator:
   off from the failed point instead of stopping at a flat wall;
 - **warm starts**: each evaluation receives the last successful evaluation's result of the
   same start (a failed evaluation does not reset it; a new start begins from the caller's
-  ``warm`` for the first start, nothing for the others);
+  ``warm`` for the first start, nothing for the others); an evaluation that fails from a
+  state other than the best point's is tried once more from the best point's state;
 - **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use),
   and fallback starts tried only while no evaluation has succeeded
   (:func:`shorter_length_scale_starts`);
@@ -255,17 +256,21 @@ def maximise_evidence(
             break  # a fallback start runs only while nothing has succeeded
         n_run += 1
         context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
-        best = {"value": -np.inf, "x": None}
+        best = {"value": -np.inf, "x": None, "warm": None}
 
         def objective(x, context=context, best=best):
             counts["evaluations"] += 1
             try:
-                ev = evaluate(np.array(x, dtype=float), context)
-                value = float(ev.log_evidence)
-                grad = np.asarray(ev.gradient, dtype=float)
-                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                    raise EvaluationFailed("non-finite evidence or gradient")
-            except (np.linalg.LinAlgError, ArithmeticError, ValueError):
+                try:
+                    ev, value, grad = _attempt(evaluate, x, context)
+                except _FAILURES:
+                    if best["warm"] is None or context.warm is best["warm"]:
+                        raise
+                    # the last success was a trial point that did not improve (often far
+                    # off, as L-BFGS-B's first step): once more from the best point's state
+                    context.warm = best["warm"]
+                    ev, value, grad = _attempt(evaluate, x, context)
+            except _FAILURES:
                 counts["failures"] += 1
                 x_best = x if best["x"] is None else best["x"]
                 floor = FAILURE_PENALTY if best["x"] is None else -best["value"]
@@ -275,7 +280,7 @@ def maximise_evidence(
             context.warm = warm_of(ev.state)
             context.first = False
             if value > best["value"]:
-                best["value"], best["x"] = value, np.array(x, dtype=float)
+                best.update(value=value, x=np.array(x, dtype=float), warm=context.warm)
             if value > overall["value"]:
                 overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
             _log(verbose, counts, value, started)
@@ -307,6 +312,20 @@ def maximise_evidence(
         moved=bool(success and np.max(np.abs(x - x0), initial=0.0) > MOVE_TOLERANCE),
         message="; ".join(messages),
     )
+
+
+_FAILURES = (np.linalg.LinAlgError, ArithmeticError, ValueError)
+
+
+def _attempt(evaluate, x, context):
+    """``evaluate`` at x: (Evaluation, log evidence, gradient); raises EvaluationFailed
+    where either is not finite."""
+    ev = evaluate(np.array(x, dtype=float), context)
+    value = float(ev.log_evidence)
+    grad = np.asarray(ev.gradient, dtype=float)
+    if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+        raise EvaluationFailed("non-finite evidence or gradient")
+    return ev, value, grad
 
 
 def shorter_length_scale_starts(kernel, factor, count):
