@@ -39,6 +39,11 @@ def test_variants_change_the_search_and_restore_it():
         v = np.ones(4)
         assert accelerated._in_tolerance_units(None, None, v) is v
     assert accelerated._in_tolerance_units is scaled
+    from robustep.estimators import _search
+
+    with step_search.variant("normalised", []):
+        assert _binary_dense.maximise_evidence.keywords == {"normalise": True}
+    assert _binary_dense.maximise_evidence is _search.maximise_evidence
     with step_search.variant("former-stage", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.memory, stage.warmup) == (5, 20)

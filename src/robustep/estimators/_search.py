@@ -208,6 +208,7 @@ def maximise_evidence(
     callable_bounds=None,
     verbose: bool = False,
     fallback_starts: Sequence[np.ndarray] = (),
+    normalise: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -229,6 +230,12 @@ def maximise_evidence(
         evaluation has succeeded (e.g. :func:`shorter_length_scale_starts`); the first
         with a successful evaluation is searched like any start, and the rest are skipped.
 
+    normalise : the optimiser sees the log evidence divided by the largest entry of its
+        gradient at each start's first successful evaluation (at least 1): the same
+        stationary points, and L-BFGS-B's first step (the raw gradient, where every
+        coordinate is bounded) at most one unit long in each coordinate.  Not used by the
+        estimators (docs/reliability.md, "Cost of the step classifier").
+
     Returns
     -------
     SearchResult
@@ -238,7 +245,7 @@ def maximise_evidence(
             return maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
-                fallback_starts=fallback_starts,
+                fallback_starts=fallback_starts, normalise=normalise,
             )  # fmt: skip
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
@@ -256,7 +263,7 @@ def maximise_evidence(
             break  # a fallback start runs only while nothing has succeeded
         n_run += 1
         context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
-        best = {"value": -np.inf, "x": None, "warm": None}
+        best = {"value": -np.inf, "x": None, "warm": None, "scale": 1.0}
 
         def objective(x, context=context, best=best):
             counts["evaluations"] += 1
@@ -273,10 +280,12 @@ def maximise_evidence(
             except _FAILURES:
                 counts["failures"] += 1
                 x_best = x if best["x"] is None else best["x"]
-                floor = FAILURE_PENALTY if best["x"] is None else -best["value"]
+                floor = FAILURE_PENALTY if best["x"] is None else -best["value"] * best["scale"]
                 d = np.asarray(x, dtype=float) - x_best
                 _log(verbose, counts, None, started)
                 return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
+            if normalise and best["x"] is None:  # this start's first success sets the scale
+                best["scale"] = 1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0)))
             context.warm = warm_of(ev.state)
             context.first = False
             if value > best["value"]:
@@ -284,12 +293,13 @@ def maximise_evidence(
             if value > overall["value"]:
                 overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
             _log(verbose, counts, value, started)
-            return -value, -grad
+            return -value * best["scale"], -grad * best["scale"]
 
         x_opt, f_opt, message = minimise(
             optimizer, objective, start, bounds, options=options, callable_bounds=callable_bounds
         )
         messages.append(message)
+        f_opt = f_opt / best["scale"]
         if best["x"] is None:  # no evaluation of this start succeeded
             x_opt, f_opt = start, np.inf
         if f_opt < claimed[0]:
