@@ -17,6 +17,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``site-weights``: stage "accelerated" chooses its mixing weights by the residuals in
   site units, not in the tolerance's marginal units;
 * ``former-stage``: stage "accelerated" with memory 5 and 20 warm-up sweeps;
+* ``no-restarts``: a run of stage "accelerated" that stops is not repeated from zero sites;
+* ``no-retry``: a search evaluation that fails is not tried again from the best point's
+  state (``maximise_evidence(retry=False)``);
 * ``normalised``: the search divides the objective by its first gradient's largest entry
   (``maximise_evidence(normalise=True)``), so that L-BFGS-B's first step is at most one
   unit of log length-scale;
@@ -72,6 +75,8 @@ VARIANTS = (
     "site-weights",
     "former-stage",
     "normalised",
+    "no-restarts",
+    "no-retry",
     "nearest-warm",
     "nearest-warm-zero",
 )
@@ -150,10 +155,14 @@ def variant(name, runs, lengths=None):
     elif name == "site-weights":
         saved[(accelerated, "_in_tolerance_units")] = accelerated._in_tolerance_units
         accelerated._in_tolerance_units = lambda ctx, ev, v: v
-    elif name == "normalised":
+    elif name == "no-restarts":
+        saved[(accelerated, "_RESTARTS")] = accelerated._RESTARTS
+        accelerated._RESTARTS = 0
+    elif name in ("normalised", "no-retry"):
         saved[(_binary_dense, "maximise_evidence")] = _binary_dense.maximise_evidence
+        option = {"normalised": {"normalise": True}, "no-retry": {"retry": False}}[name]
         _binary_dense.maximise_evidence = functools.partial(
-            _binary_dense.maximise_evidence, normalise=True
+            _binary_dense.maximise_evidence, **option
         )
     elif name == "former-stage":
         auto = strategy.InferenceStrategy.auto.__func__

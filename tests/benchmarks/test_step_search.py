@@ -44,6 +44,12 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("normalised", []):
         assert _binary_dense.maximise_evidence.keywords == {"normalise": True}
     assert _binary_dense.maximise_evidence is _search.maximise_evidence
+    with step_search.variant("no-retry", []):
+        assert _binary_dense.maximise_evidence.keywords == {"retry": False}
+    assert _binary_dense.maximise_evidence is _search.maximise_evidence
+    with step_search.variant("no-restarts", []):
+        assert accelerated._RESTARTS == 0
+    assert accelerated._RESTARTS == 2
     with step_search.variant("former-stage", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.memory, stage.warmup) == (5, 20)

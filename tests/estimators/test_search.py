@@ -322,6 +322,10 @@ def test_a_failure_from_a_worse_point_is_tried_again_from_the_best_point():
     assert calls[i - 1][1] < -3.0 and calls[i][1] == pytest.approx(0.0)
     assert res.success and res.n_failures == 0
     np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+    calls.clear()
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], retry=False)
+    assert res.n_failures >= 1
+    assert not [i for i in range(1, len(calls)) if calls[i][0] == calls[i - 1][0]]
 
     def always_fails_away_from_start(x, context):
         calls.append((x[0], None if context.warm is None else float(context.warm[0])))

@@ -209,6 +209,7 @@ def maximise_evidence(
     verbose: bool = False,
     fallback_starts: Sequence[np.ndarray] = (),
     normalise: bool = False,
+    retry: bool = True,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -235,6 +236,8 @@ def maximise_evidence(
         stationary points, and L-BFGS-B's first step (the raw gradient, where every
         coordinate is bounded) at most one unit long in each coordinate.  Not used by the
         estimators (docs/reliability.md, "Cost of the step classifier").
+    retry : an evaluation that fails from a warm start other than the best point's state
+        is tried once more from the best point's state (module docstring).
 
     Returns
     -------
@@ -245,7 +248,7 @@ def maximise_evidence(
             return maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
-                fallback_starts=fallback_starts, normalise=normalise,
+                fallback_starts=fallback_starts, normalise=normalise, retry=retry,
             )  # fmt: skip
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
@@ -271,7 +274,7 @@ def maximise_evidence(
                 try:
                     ev, value, grad = _attempt(evaluate, x, context)
                 except _FAILURES:
-                    if best["warm"] is None or context.warm is best["warm"]:
+                    if not retry or best["warm"] is None or context.warm is best["warm"]:
                         raise
                     # the last success was a trial point that did not improve (often far
                     # off, as L-BFGS-B's first step): once more from the best point's state
