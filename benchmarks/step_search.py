@@ -20,9 +20,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``no-restarts``: a run of stage "accelerated" that stops is not repeated from zero sites;
 * ``no-retry``: a search evaluation that fails is not tried again from the best point's
   state (``maximise_evidence(retry=False)``);
-* ``normalised``: the search divides the objective by its first gradient's largest entry
-  (``maximise_evidence(normalise=True)``), so that L-BFGS-B's first step is at most one
-  unit of log length-scale;
+* ``normalised``: the optimiser of each search start sees the objective divided by the
+  largest entry of its gradient at the start (at least 1; :func:`normalised`), so that
+  L-BFGS-B's first step is at most one unit of log length-scale;
 * ``nearest-warm``: each search evaluation starts from the nearest earlier successful
   one (largest log-hyperparameter difference) instead of the last;
 * ``nearest-warm-zero``: the same, from zero sites where the nearest is more than 0.5
@@ -101,13 +101,34 @@ def cells(large=False):
     return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in (5, 6, 7)]
 
 
+def normalised(minimise):
+    """``minimise`` (``robustep.estimators._optimizer.minimise``) on the objective divided by
+    the largest entry of its gradient at the start (at least 1): the same stationary
+    points, and L-BFGS-B's first step (the raw gradient, where every coordinate is
+    bounded) at most one unit long in each coordinate; the value it returns is rescaled."""
+
+    def scaled_minimise(optimizer, objective, x0, bounds, **kwargs):
+        scale = []
+
+        def scaled(x):
+            value, grad = objective(x)
+            if not scale:
+                scale.append(1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0))))
+            return value * scale[0], np.asarray(grad) * scale[0]
+
+        x, value, message = minimise(optimizer, scaled, x0, bounds, **kwargs)
+        return x, value / scale[0] if scale else value, message
+
+    return scaled_minimise
+
+
 @contextlib.contextmanager
 def variant(name, runs, lengths=None):
     """Run the fits as ``name`` (module docstring); every EP run of a fit is appended to
     ``runs`` as (search evaluation?, stage, converged, sweeps), and with ``lengths`` (a
     list) each search evaluation's length-scale to it."""
     from robustep.ep import accelerated, strategy
-    from robustep.estimators import _binary_dense
+    from robustep.estimators import _binary_dense, _search
 
     if name not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
@@ -158,12 +179,14 @@ def variant(name, runs, lengths=None):
     elif name == "no-restarts":
         saved[(accelerated, "_RESTARTS")] = accelerated._RESTARTS
         accelerated._RESTARTS = 0
-    elif name in ("normalised", "no-retry"):
+    elif name == "no-retry":
         saved[(_binary_dense, "maximise_evidence")] = _binary_dense.maximise_evidence
-        option = {"normalised": {"normalise": True}, "no-retry": {"retry": False}}[name]
         _binary_dense.maximise_evidence = functools.partial(
-            _binary_dense.maximise_evidence, **option
+            _binary_dense.maximise_evidence, retry=False
         )
+    elif name == "normalised":
+        saved[(_search, "minimise")] = _search.minimise
+        _search.minimise = normalised(_search.minimise)
     elif name == "former-stage":
         auto = strategy.InferenceStrategy.auto.__func__
 

@@ -56,7 +56,7 @@ from robustep.tep.ep import linear_tep
 from robustep.tep.fixed_point import (
     LinearRankOnePosterior,
     continue_from_gaussian_ep,
-    follow_fixed_point,
+    follow_in_df,
     site_map_jacobian,
     solve_fixed_point,
 )
@@ -260,13 +260,9 @@ def process_row(name, K, y, df=DF, eps=0.0):
     start = solve_fixed_point(make, y, np.inf, eps, n, tau, nu, tol=1e-6, relative=True)
     row.update(gp_ep=start is not None, end=None, sv=None, largest_site=float(np.max(tau)))
     if start is not None:
-        bottom = np.log(df)
-        tau, nu, post, x = follow_fixed_point(
-            make, y, n, start[0], start[1],
-            lambda ld: (df if ld == bottom else float(np.exp(ld)), eps),
-            np.log(1e5), bottom, 0.5, tol=1e-6, max_solves=1000, relative=True,
-        )  # fmt: skip
-        row["end"] = df if x == bottom else float(np.exp(x))
+        tau, nu, post, row["end"] = follow_in_df(
+            make, y, n, start[0], start[1], df, eps, tol=1e-6, max_solves=1000, relative=True
+        )
         if post is not None:
             row["sv"] = _smallest_singular_value_eps(post, tau, nu, y, row["end"], n, eps)
     print(row, flush=True)

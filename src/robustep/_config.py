@@ -206,19 +206,13 @@ class Settings:
         vm = self.stochastic_validation_max_rows
         if vm is not None:
             _check_integer("stochastic_validation_max_rows", vm, 1)
-        ap = self.auto_inducing_power
-        ok = isinstance(ap, numbers.Real) and not isinstance(ap, bool) and 0 < ap <= 1
-        if not ok:
-            raise ValueError(f"auto_inducing_power must be a number in (0, 1], got {ap!r}")
+        _check_fraction("auto_inducing_power", self.auto_inducing_power, one_allowed=True)
         for name in ("search_tol", "search_ftol"):
             _check_real(name, getattr(self, name), positive=True)
         _check_real("mean_sweep_fraction", self.mean_sweep_fraction, positive=False)
         _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
         _check_integer("search_fallback_starts", self.search_fallback_starts, 0)
-        ff = self.search_fallback_factor
-        ok = isinstance(ff, numbers.Real) and not isinstance(ff, bool) and 0 < ff < 1
-        if not ok:
-            raise ValueError(f"search_fallback_factor must be a number in (0, 1), got {ff!r}")
+        _check_fraction("search_fallback_factor", self.search_fallback_factor, one_allowed=False)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
         for name in (
             "search_max_iter",
@@ -237,6 +231,13 @@ def _check_real(name, value, positive):
     if not (ok and math.isfinite(value) and (value > 0 if positive else value >= 0)):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, "
                          f"got {value!r}")  # fmt: skip
+
+
+def _check_fraction(name, value, one_allowed):
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and 0 < value and (value <= 1 if one_allowed else value < 1)):
+        interval = "(0, 1]" if one_allowed else "(0, 1)"
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
 
 
 def _check_integer(name, value, low):

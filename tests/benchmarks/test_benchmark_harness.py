@@ -3,7 +3,6 @@ results-table directive of docs/performance.md (docs/_ext/robustep_results.py)."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
@@ -11,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from _benchmarks import load_benchmark, load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load("_harness", ROOT / "benchmarks" / "_harness.py")
+harness = load_benchmark("_harness", "_harness")
 
 PRINTED = """load average 1.0
 ## Speed
@@ -101,7 +95,7 @@ def test_every_table_of_the_performance_page_is_in_its_results_file():
     pytest.importorskip("sphinx")
     sys.path.insert(0, str(ROOT / "docs" / "_ext"))
     try:
-        ext = _load("robustep_results", ROOT / "docs" / "_ext" / "robustep_results.py")
+        ext = load_module(ROOT / "docs" / "_ext" / "robustep_results.py", "robustep_results")
     finally:
         sys.path.remove(str(ROOT / "docs" / "_ext"))
     calls = _directive_calls()

@@ -8,7 +8,6 @@ The GPflow side runs in another Python (``--peer-python``); its test runs only w
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import sys
@@ -18,16 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning.py"
+from _benchmarks import load_benchmark
+
 PEER_PYTHON = Path(os.environ.get("ROBUSTEP_PEER_PYTHON", "/work/peers-venv/bin/python"))
 
 
 @pytest.fixture(scope="module")
 def learning():
-    spec = importlib.util.spec_from_file_location("_learning_benchmark", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+    yield load_benchmark("learning", "_learning_benchmark")
     sys.modules.pop("_learning_benchmark", None)
 
 

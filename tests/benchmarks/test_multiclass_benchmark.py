@@ -3,18 +3,13 @@ search of the multinomial core engaged, prints one row per model with finite num
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "multiclass.py"
+from _benchmarks import load_benchmark
 
 
 def _suite():
-    spec = importlib.util.spec_from_file_location("_multiclass_benchmark", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("multiclass", "_multiclass_benchmark")
 
 
 def test_digits_table_rows(capsys):

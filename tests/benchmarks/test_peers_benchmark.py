@@ -8,23 +8,19 @@ installed, so they never import TensorFlow and take a few seconds.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
+from _benchmarks import load_benchmark
+
 ROBUSTEP_ROWS = ("robustep dense", "robustep sparse", "scikit-learn Laplace")
 PEER_ROWS = ("GPy EP", "GPflow VGP", "GPflow SVGP")
 
 
 def _peers():
-    spec = importlib.util.spec_from_file_location("_peers_benchmark", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("peers", "_peers_benchmark")
 
 
 @pytest.fixture

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from _benchmarks import load_benchmark
 from robustep.ep import InferenceStrategy
 from robustep.estimators import _binary_dense
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "step_search.py"
-
 
 def _module():
-    spec = importlib.util.spec_from_file_location("_step_search", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("step_search")
 
 
 def test_variants_change_the_search_and_restore_it():
@@ -41,9 +32,10 @@ def test_variants_change_the_search_and_restore_it():
     assert accelerated._in_tolerance_units is scaled
     from robustep.estimators import _search
 
+    minimise = _search.minimise
     with step_search.variant("normalised", []):
-        assert _binary_dense.maximise_evidence.keywords == {"normalise": True}
-    assert _binary_dense.maximise_evidence is _search.maximise_evidence
+        assert _search.minimise is not minimise
+    assert _search.minimise is minimise
     with step_search.variant("no-retry", []):
         assert _binary_dense.maximise_evidence.keywords == {"retry": False}
     assert _binary_dense.maximise_evidence is _search.maximise_evidence
@@ -77,3 +69,25 @@ def test_runs_are_recorded_per_fit():
     assert all(isinstance(sweeps, int) and sweeps >= 0 for *_, sweeps in runs)
     assert np.all([stage in ("accelerated", "damped", "double_loop", "power", "ep")
                    for _, stage, _, _ in runs])  # fmt: skip
+
+
+def test_normalised_keeps_the_optimum_and_shortens_the_first_step():
+    """A steep concave quadratic (gradient 40 at the start): L-BFGS-B's first trial is the
+    raw gradient, 40 units away; under variant "normalised" it is at most one unit away,
+    and the search ends at the same maximum with the evidence on its own scale."""
+    from robustep.estimators._search import Evaluation, maximise_evidence
+
+    step_search = _module()
+    for name, first_step in (("current", 40.0), ("normalised", 1.0)):
+        calls = []
+
+        def steep(x, context, calls=calls):
+            calls.append(x.copy())
+            d = x[0] - 2.0
+            return Evaluation(-10.0 * d * d - 5.0, np.array([-20.0 * d]), state=x.copy())
+
+        with step_search.variant(name, []):
+            res = maximise_evidence(steep, np.zeros(1), [(-100.0, 100.0)])
+        assert abs(calls[1][0]) == pytest.approx(first_step)
+        np.testing.assert_allclose(res.x, [2.0], atol=1e-5)
+        assert res.log_evidence == pytest.approx(-5.0, abs=1e-8)

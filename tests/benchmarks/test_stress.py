@@ -7,19 +7,11 @@ its table are in docs/reliability.md.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
+from _benchmarks import load_benchmark
 
 
 def _stress():
-    spec = importlib.util.spec_from_file_location("_stress_grid", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("stress", "_stress_grid")
 
 
 def test_grid_is_fixed_and_covers_every_estimator_and_method():

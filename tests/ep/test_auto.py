@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
+from _benchmarks import load_benchmark
 from robustep.ep import expectation_propagation
 from robustep.ep.chain import auto_expectation_propagation
 from robustep.estimators import GPClassifier, StudentTGPRegressor
 from robustep.likelihoods import Probit, StudentT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 
 def _grid_module():
-    spec = importlib.util.spec_from_file_location("auto_grid", ROOT / "benchmarks" / "auto_grid.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("auto_grid", "auto_grid")
 
 
 def test_defaults_are_auto():

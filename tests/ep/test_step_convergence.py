@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
+from _benchmarks import load_benchmark
 from robustep.ep import AdaptiveDamping, InferenceStrategy, expectation_propagation, run_chain
 from robustep.ep.chain import auto_expectation_propagation, hover_callback, stall_callback
 from robustep.likelihoods import NoisyStep
@@ -67,12 +65,7 @@ def test_adaptive_damped_stage_reports_the_residual_of_its_state():
 
 @functools.cache
 def _stress():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
-    spec = importlib.util.spec_from_file_location("_stress_step_noise", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("stress", "_stress_step_noise")
 
 
 def test_stress_step_noise_cells_and_run():

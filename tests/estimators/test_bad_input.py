@@ -5,18 +5,13 @@ with one bad argument, the exception class it must raise and a pattern its messa
 contain (what is wrong and what to do).
 """
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bad_input.py"
-_spec = importlib.util.spec_from_file_location("robustep_bench_bad_input", _PATH)
-bad_input = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bad_input  # dataclasses resolves annotations through sys.modules
-_spec.loader.exec_module(bad_input)
+from _benchmarks import load_benchmark
+
+bad_input = load_benchmark("bad_input", "robustep_bench_bad_input")
 
 CASES = bad_input.all_cases()
 

@@ -337,20 +337,3 @@ def test_a_failure_from_a_worse_point_is_tried_again_from_the_best_point():
     res = maximise_evidence(always_fails_away_from_start, np.zeros(1), [(-10.0, 10.0)])
     # x = 0 is the only success: every failure was warm-started from the best point
     assert res.n_failures >= 1 and len(calls) == res.n_evaluations
-
-
-def test_normalise_keeps_the_optimum_and_shortens_the_first_step():
-    """A steep concave quadratic (gradient 40 at the start): L-BFGS-B's first trial is the
-    raw gradient, 40 units away; with ``normalise`` it is at most one unit away, and the
-    search ends at the same maximum with the evidence on its own scale."""
-    for normalise, first_step in ((False, 40.0), (True, 1.0)):
-        evaluate, calls = _quadratic([2.0])
-
-        def steep(x, context, evaluate=evaluate):
-            ev = evaluate(x, context)
-            return Evaluation(10.0 * ev.log_evidence - 5.0, 10.0 * ev.gradient, ev.state)
-
-        res = maximise_evidence(steep, np.zeros(1), [(-100.0, 100.0)], normalise=normalise)
-        assert abs(calls[1][0][0]) == pytest.approx(first_step)
-        np.testing.assert_allclose(res.x, [2.0], atol=1e-5)
-        assert res.log_evidence == pytest.approx(-5.0, abs=1e-8)

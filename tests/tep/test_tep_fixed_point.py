@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
+from _benchmarks import load_benchmark
 from robustep import BayesPointMachine
 from robustep.tep.ep import linear_tep, rank_one_sites, rank_one_state
 from robustep.tep.fixed_point import (
@@ -23,15 +24,9 @@ from robustep.tep.fixed_point import (
 )
 from robustep.tep.process import _site_update
 
-_STRESS = Path(__file__).resolve().parents[2] / "benchmarks" / "stress.py"
-
 
 def _stress_cells():
-    spec = importlib.util.spec_from_file_location("_stress_grid_tep", _STRESS)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.cells()
+    return load_benchmark("stress", "_stress_grid_tep").cells()
 
 
 def _stress_cell(name):

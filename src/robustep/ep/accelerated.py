@@ -53,6 +53,7 @@ from robustep.ep.engine import (
     _initial_sites,
     _OutOfFactorisations,
     _stop_status,
+    marginal_changes,
 )
 from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.linalg import InvalidSiteConfiguration
@@ -262,14 +263,12 @@ def _in_tolerance_units(ctx, ev, v):
     measures: unchanged for ``tol_units="sites"``; for ``"marginal"`` the first-order
     changes they make to q's marginals N(mean_i, var_i),
     ``(var_i Δτ̃_i, sqrt(var_i) (Δν̃_i − mean_i Δτ̃_i))``
-    (:func:`robustep.ep.engine.marginal_residual`, docs/derivations/engine_floor.md §7)."""
+    (:func:`robustep.ep.engine.marginal_changes`)."""
     if ctx.tol_units != "marginal":
         return v
     n = ev.precision.size
-    var, mean = np.asarray(ev.post.var), np.asarray(ev.post.mean)
-    d_precision, d_shift = v[..., :n], v[..., n:]
     return np.concatenate(
-        [d_precision * var, (d_shift - d_precision * mean) * np.sqrt(var)], axis=-1
+        marginal_changes(ev.post.mean, ev.post.var, v[..., :n], v[..., n:]), axis=-1
     )
 
 

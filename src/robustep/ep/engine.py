@@ -91,20 +91,26 @@ class _Evaluation:
 TOL_UNITS = ("sites", "marginal")
 
 
-def marginal_residual(mean, var, d_precision, d_shift):
-    """The largest proposed site change in units of q's marginals: over sites i, the
-    first-order change that site i's own change (Δτ̃_i, Δν̃_i) makes to its marginal
-    N(mean_i, var_i), ``max(var_i |Δτ̃_i|, sqrt(var_i) |Δν̃_i − mean_i Δτ̃_i|)`` — the
+def marginal_changes(mean, var, d_precision, d_shift):
+    """The first-order changes that each site's own change (Δτ̃_i, Δν̃_i) makes to its
+    marginal N(mean_i, var_i): ``(var_i Δτ̃_i, sqrt(var_i) (Δν̃_i − mean_i Δτ̃_i))``, the
     relative change of var_i and the change of mean_i in standard deviations
-    (docs/derivations/engine_floor.md §7).  mean, var, d_precision, d_shift : (n,).
+    (docs/derivations/engine_floor.md §7).  mean, var : (n,); d_precision, d_shift :
+    (..., n); returns two arrays of their shape."""
+    var = np.asarray(var)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return var * d_precision, np.sqrt(var) * (d_shift - np.asarray(mean) * d_precision)
+
+
+def marginal_residual(mean, var, d_precision, d_shift):
+    """The largest proposed site change in units of q's marginals: the largest
+    :func:`marginal_changes` in absolute value, ``max_i max(var_i |Δτ̃_i|, sqrt(var_i)
+    |Δν̃_i − mean_i Δτ̃_i|)``.  mean, var, d_precision, d_shift : (n,).
     """
     if not np.size(d_precision):
         return 0.0
-    var = np.asarray(var)
-    with np.errstate(invalid="ignore", over="ignore"):
-        rel_var = np.abs(var * d_precision)
-        mean_sd = np.sqrt(var) * np.abs(d_shift - np.asarray(mean) * d_precision)
-    return float(max(np.max(rel_var), np.max(mean_sd)))
+    rel_var, mean_sd = marginal_changes(mean, var, d_precision, d_shift)
+    return float(max(np.max(np.abs(rel_var)), np.max(np.abs(mean_sd))))
 
 
 def _evaluate(ctx, precision, shift, ref=None, post=None):

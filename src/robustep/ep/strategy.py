@@ -49,7 +49,7 @@ import numbers
 
 import numpy as np
 
-from robustep.ep.engine import TOL_UNITS
+from robustep.ep.engine import _check_tol_units
 
 __all__ = [
     "STAGES",
@@ -434,8 +434,7 @@ class InferenceStrategy:
             raise ValueError(f"trial_damping must be None or in [0, 1), got {td!r}")
         if not isinstance(self.resume, bool):
             raise TypeError(f"resume must be a bool, got {self.resume!r}")
-        if self.tol_units not in TOL_UNITS:
-            raise ValueError(f"tol_units must be one of {TOL_UNITS}, got {self.tol_units!r}")
+        _check_tol_units(self.tol_units)
         if not self.fallback.runs:
             raise ValueError(
                 "fallback is the double-loop stage: its mode must be 'after_init' or "

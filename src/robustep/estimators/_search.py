@@ -208,7 +208,6 @@ def maximise_evidence(
     callable_bounds=None,
     verbose: bool = False,
     fallback_starts: Sequence[np.ndarray] = (),
-    normalise: bool = False,
     retry: bool = True,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
@@ -230,12 +229,6 @@ def maximise_evidence(
     fallback_starts : starts tried in order, after ``x0`` and ``starts``, only while no
         evaluation has succeeded (e.g. :func:`shorter_length_scale_starts`); the first
         with a successful evaluation is searched like any start, and the rest are skipped.
-
-    normalise : the optimiser sees the log evidence divided by the largest entry of its
-        gradient at each start's first successful evaluation (at least 1): the same
-        stationary points, and L-BFGS-B's first step (the raw gradient, where every
-        coordinate is bounded) at most one unit long in each coordinate.  Not used by the
-        estimators (docs/reliability.md, "Cost of the step classifier").
     retry : an evaluation that fails from a warm start other than the best point's state
         is tried once more from the best point's state (module docstring).
 
@@ -248,7 +241,7 @@ def maximise_evidence(
             return maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
-                fallback_starts=fallback_starts, normalise=normalise, retry=retry,
+                fallback_starts=fallback_starts, retry=retry,
             )  # fmt: skip
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
@@ -266,7 +259,7 @@ def maximise_evidence(
             break  # a fallback start runs only while nothing has succeeded
         n_run += 1
         context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
-        best = {"value": -np.inf, "x": None, "warm": None, "scale": 1.0}
+        best = {"value": -np.inf, "x": None, "warm": None}
 
         def objective(x, context=context, best=best):
             counts["evaluations"] += 1
@@ -283,12 +276,10 @@ def maximise_evidence(
             except _FAILURES:
                 counts["failures"] += 1
                 x_best = x if best["x"] is None else best["x"]
-                floor = FAILURE_PENALTY if best["x"] is None else -best["value"] * best["scale"]
+                floor = FAILURE_PENALTY if best["x"] is None else -best["value"]
                 d = np.asarray(x, dtype=float) - x_best
                 _log(verbose, counts, None, started)
                 return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
-            if normalise and best["x"] is None:  # this start's first success sets the scale
-                best["scale"] = 1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0)))
             context.warm = warm_of(ev.state)
             context.first = False
             if value > best["value"]:
@@ -296,13 +287,12 @@ def maximise_evidence(
             if value > overall["value"]:
                 overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
             _log(verbose, counts, value, started)
-            return -value * best["scale"], -grad * best["scale"]
+            return -value, -grad
 
         x_opt, f_opt, message = minimise(
             optimizer, objective, start, bounds, options=options, callable_bounds=callable_bounds
         )
         messages.append(message)
-        f_opt = f_opt / best["scale"]
         if best["x"] is None:  # no evaluation of this start succeeded
             x_opt, f_opt = start, np.inf
         if f_opt < claimed[0]:

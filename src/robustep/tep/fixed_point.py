@@ -39,6 +39,7 @@ __all__ = [
     "LinearRankOnePosterior",
     "continue_from_gaussian_ep",
     "follow_fixed_point",
+    "follow_in_df",
     "site_map_jacobian",
     "solve_fixed_point",
 ]
@@ -332,6 +333,19 @@ def follow_fixed_point(
     return tau, nu, post, x
 
 
+def follow_in_df(posterior, y, k, tau, nu, df, eps, *, tol, max_solves, relative=False):
+    """Follow the fixed point ``(tau, nu)`` of the model at ``max(1e5, 10 df)`` degrees of
+    freedom and label noise ``eps`` in ``log df`` down to ``df`` (steps 0.5,
+    :func:`follow_fixed_point`).  Returns ``(tau, nu, post, df_end)``: ``df_end`` is
+    ``df`` where the path reached it, else the fold df* where it turned back."""
+    top, bottom = np.log(max(1e5, 10.0 * df)), np.log(df)
+    tau, nu, post, x = follow_fixed_point(
+        posterior, y, k, tau, nu, lambda ld: (df if ld == bottom else float(np.exp(ld)), eps),
+        top, bottom, 0.5, tol=tol, max_solves=max_solves, relative=relative,
+    )  # fmt: skip
+    return tau, nu, post, df if x == bottom else float(np.exp(x))
+
+
 @dataclasses.dataclass
 class Continuation:
     """The outcome of :func:`continue_from_gaussian_ep` (its last path).
@@ -361,8 +375,8 @@ def continue_from_gaussian_ep(
     For each start label noise eps0 of ``starts`` above ``eps``: Gaussian EP's fixed point
     at eps0 (Newton's method from the sites after each count of ``sweeps`` damped sweeps,
     which converge there more often), followed by :func:`follow_fixed_point` to label
-    noise ``eps`` (steps 0.05), then in ``log df`` from ``max(1e5, 10 df)`` down to ``df``
-    (steps 0.5; tolerance ``df_tol``, default ``tol``).  The first path that reaches
+    noise ``eps`` (steps 0.05), then :func:`follow_in_df` (tolerance ``df_tol``, default
+    ``tol``).  The first path that reaches
     (eps, df) wins.
 
     Parameters
@@ -405,14 +419,11 @@ def continue_from_gaussian_ep(
             continue
         if np.isinf(df):
             return Continuation(True, df, True, tau, nu, post)
-        top, bottom = np.log(max(1e5, 10.0 * df)), np.log(df)
-        tau, nu, post, x = follow_fixed_point(
-            posterior, y, k, tau, nu,
-            lambda ld, bottom=bottom: (df if ld == bottom else float(np.exp(ld)), eps),
-            top, bottom, 0.5, tol=df_tol, max_solves=df_max_solves, relative=relative,
+        tau, nu, post, df_end = follow_in_df(
+            posterior, y, k, tau, nu, df, eps, tol=df_tol, max_solves=df_max_solves,
+            relative=relative,
         )  # fmt: skip
-        out = Continuation(True, df if x == bottom else float(np.exp(x)), x == bottom,
-                           tau, nu, post)  # fmt: skip
+        out = Continuation(True, df_end, df_end == df, tau, nu, post)
         if out.reached:
             return out
     return out
