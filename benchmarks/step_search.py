@@ -17,16 +17,19 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``site-weights``: stage "accelerated" chooses its mixing weights by the residuals in
   site units, not in the tolerance's marginal units;
 * ``former-stage``: stage "accelerated" with memory 5 and 20 warm-up sweeps;
-* ``no-restarts``: a run of stage "accelerated" that stops is not repeated from zero sites;
+* ``no-restarts``: a run of stage "accelerated" that stops is not repeated from zero sites
+  (``AcceleratedStage(restarts=0, search_restarts=0)``);
+* ``search-restarts-2``: in a search evaluation, a run of stage "accelerated" that stops is
+  repeated from zero sites twice, as in the final fit (``search_restarts=2``), not once;
 * ``no-retry``: a search evaluation that fails is not tried again from the best point's
   state (``maximise_evidence(retry=False)``);
 * ``normalised``: the optimiser of each search start sees the objective divided by the
   largest entry of its gradient at the start (at least 1; :func:`normalised`), so that
   L-BFGS-B's first step is at most one unit of log length-scale;
-* ``nearest-warm``: each search evaluation starts from the nearest earlier successful
-  one (largest log-hyperparameter difference) instead of the last;
-* ``nearest-warm-zero``: the same, from zero sites where the nearest is more than 0.5
-  away.
+* ``last-warm``: each search evaluation starts from the last successful one's sites,
+  however far it lies (``robustep.config(search_warm_jump=None)``);
+* ``nearest-warm``: each search evaluation starts from the nearest successful one's
+  sites, however near the last lies (``search_warm_jump`` of 1e-12).
 
 ``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
 smooth boundary with 10%, seed 5) instead, printing each fit.
@@ -44,7 +47,8 @@ Usage::
 
     python benchmarks/step_search.py                       # the current defaults
     python benchmarks/step_search.py --variant former-search
-    python benchmarks/step_search.py --compare current nearest-warm-zero
+    python benchmarks/step_search.py --compare current last-warm
+    python benchmarks/step_search.py --large --compare current last-warm
     python benchmarks/step_search.py --compare current site-weights
     python benchmarks/step_search.py --large --compare current former-stage   # n = 2000
     python benchmarks/step_search.py --large --runs   # each EP run of the n = 2000 fits
@@ -76,9 +80,10 @@ VARIANTS = (
     "former-stage",
     "normalised",
     "no-restarts",
+    "search-restarts-2",
     "no-retry",
+    "last-warm",
     "nearest-warm",
-    "nearest-warm-zero",
 )
 
 
@@ -140,6 +145,7 @@ def variant(name, runs, lengths=None):
         (strategy.InferenceStrategy, "auto"): strategy.InferenceStrategy.__dict__["auto"],
     }
     infer = core.infer
+    settings = contextlib.ExitStack()  # robustep.config overrides of the variant
 
     def recorded_infer(self, prior, init=None, search=False):
         res = infer(self, prior, init, search)
@@ -176,9 +182,20 @@ def variant(name, runs, lengths=None):
     elif name == "site-weights":
         saved[(accelerated, "_in_tolerance_units")] = accelerated._in_tolerance_units
         accelerated._in_tolerance_units = lambda ctx, ev, v: v
-    elif name == "no-restarts":
-        saved[(accelerated, "_RESTARTS")] = accelerated._RESTARTS
-        accelerated._RESTARTS = 0
+    elif name in ("no-restarts", "search-restarts-2"):
+        auto = strategy.InferenceStrategy.auto.__func__
+        counts = (
+            {"restarts": 0, "search_restarts": 0}
+            if name == "no-restarts"
+            else {"search_restarts": 2}
+        )
+
+        def restarts(cls, *args, **kwargs):
+            chosen = auto(cls, *args, **kwargs)
+            stage = dataclasses.replace(chosen.accelerated, **counts)
+            return dataclasses.replace(chosen, accelerated=stage)
+
+        strategy.InferenceStrategy.auto = classmethod(restarts)
     elif name == "no-retry":
         saved[(_binary_dense, "maximise_evidence")] = _binary_dense.maximise_evidence
         _binary_dense.maximise_evidence = functools.partial(
@@ -196,35 +213,12 @@ def variant(name, runs, lengths=None):
             return dataclasses.replace(chosen, accelerated=stage)
 
         strategy.InferenceStrategy.auto = classmethod(former_stage)
-    elif name in ("nearest-warm", "nearest-warm-zero"):
-        optimise = core.optimise
-
-        def nearest_optimise(self):
-            done = []  # (theta, result) of the successful evaluations
-            evaluate = self.evaluate
-
-            def nearest(theta, eval_gradient, init=None, search=False):
-                theta = np.asarray(theta, dtype=float)
-                if done:
-                    gaps = [np.max(np.abs(t - theta)) for t, _ in done]
-                    j = int(np.argmin(gaps))
-                    init = self.warm_state(done[j][1])
-                    if name == "nearest-warm-zero" and gaps[j] > 0.5:
-                        init = None
-                out = evaluate(theta, eval_gradient, init, search)
-                if out[2].converged:
-                    done.append((theta.copy(), out[2]))
-                return out
-
-            self.evaluate = nearest
-            try:
-                return optimise(self)
-            finally:
-                del self.evaluate
-
-        core.optimise = nearest_optimise
+    elif name in ("last-warm", "nearest-warm"):
+        jump = None if name == "last-warm" else 1e-12
+        settings.enter_context(config(search_warm_jump=jump))
     try:
-        yield
+        with settings:
+            yield
     finally:
         for (owner, attr), value in saved.items():
             setattr(owner, attr, value)

@@ -93,6 +93,19 @@ class Settings:
         its optimum (docs/reliability.md, "Cost of the step classifier").
     search_fallback_factor : float in (0, 1)
         See ``search_fallback_starts``.
+    search_warm_jump : float > 0 or None
+        The label-noise step classifier's evidence search starts each evaluation from the
+        last successful evaluation's EP sites, unless that point lies farther than this
+        from the new one (the largest difference of a log hyperparameter), when it starts
+        from the nearest successful evaluation's sites instead; None always from the
+        last's.  L-BFGS-B's first trial point is the raw gradient (length-scales of 0.013
+        or 4 from a start at 1): the next point, back near the start, took 43 sweeps from
+        there against 12 from the start's sites, and the two n = 2000 fits of
+        docs/reliability.md took 46 s against 71 s.  Near the optimum the last success is
+        kept, as there the evidence at the search tolerance depends on the starting sites
+        by ~1e-4 nats, and switching between neighbours' sites made L-BFGS-B's line
+        searches chase the jumps (``python benchmarks/step_search.py --compare current
+        last-warm``).
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -175,6 +188,7 @@ class Settings:
     search_factorisations_per_sweep: int = 2
     search_fallback_starts: int = 2
     search_fallback_factor: float = 0.25
+    search_warm_jump: float | None = 1.0
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -213,6 +227,8 @@ class Settings:
         _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
         _check_integer("search_fallback_starts", self.search_fallback_starts, 0)
         _check_fraction("search_fallback_factor", self.search_fallback_factor, one_allowed=False)
+        if self.search_warm_jump is not None:
+            _check_real("search_warm_jump", self.search_warm_jump, positive=True)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
         for name in (
             "search_max_iter",

@@ -39,9 +39,20 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("no-retry", []):
         assert _binary_dense.maximise_evidence.keywords == {"retry": False}
     assert _binary_dense.maximise_evidence is _search.maximise_evidence
+    from robustep import get_config
+
+    for name, jump in (("last-warm", None), ("nearest-warm", 1e-12)):
+        with step_search.variant(name, []):
+            assert get_config().search_warm_jump == jump
+    assert get_config().search_warm_jump == 1.0
     with step_search.variant("no-restarts", []):
-        assert accelerated._RESTARTS == 0
-    assert accelerated._RESTARTS == 2
+        stage = InferenceStrategy.auto(100, accelerate=True).accelerated
+        assert (stage.restarts, stage.search_restarts) == (0, 0)
+    with step_search.variant("search-restarts-2", []):
+        stage = InferenceStrategy.auto(100, accelerate=True).search_stages().accelerated
+        assert stage.restarts == 2
+    stage = InferenceStrategy.auto(100, accelerate=True)
+    assert (stage.accelerated.restarts, stage.search_stages().accelerated.restarts) == (2, 1)
     with step_search.variant("former-stage", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.memory, stage.warmup) == (5, 20)
@@ -63,7 +74,7 @@ def test_runs_are_recorded_per_fit():
     step_search = _module()
     X, y = step_search._stress().step_noise_data("xor", 80, 0.2, 5)
     runs = []
-    with step_search.variant("nearest-warm-zero", runs):
+    with step_search.variant("nearest-warm", runs):
         GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert any(search for search, *_ in runs) and not runs[-1][0]
     assert all(isinstance(sweeps, int) and sweeps >= 0 for *_, sweeps in runs)

@@ -124,6 +124,30 @@ def test_a_warm_start_that_fails_starts_again_from_zero_sites():
     assert 0 < start <= 6 and phases[start : start + 10] == ["parallel"] * 10
     assert phases[start + 10 :] and set(phases[start + 10 :]) == {"accelerated"}
     np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-7)
+    # with restarts=0 the warm run that stops is the result: no run from zero sites
+    alone = accelerated_expectation_propagation(K, y, lik, init=far, warm_window=2, restarts=0)
+    assert not alone.converged and "parallel" not in alone.history["phase"]
+    assert alone.n_iter == start
+
+
+def test_search_evaluations_restart_once():
+    """AcceleratedStage: two runs from zero sites after a stopped run in a final fit, one in
+    a search evaluation (search_stages); the chain passes them to the stage."""
+    from robustep.ep.strategy import AcceleratedStage
+
+    strategy = InferenceStrategy.auto(1000, accelerate=True)
+    assert strategy.accelerated.restarts == 2
+    assert strategy.search_stages(1e-2).accelerated.restarts == 1
+    with pytest.raises(ValueError, match="search_restarts"):
+        AcceleratedStage(search_restarts=-1)
+    K_far, y = _xor(200, 0.2, 5, ell=0.12)
+    K, _ = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    far = accelerated_expectation_propagation(K_far, y, lik)
+    stage = AcceleratedStage(warm_window=2, restarts=0)
+    chain = dataclasses.replace(strategy, stages=("accelerated",), accelerated=stage)
+    res = run_chain(K, y, lik, chain, init=far)
+    assert not res.converged and "parallel" not in res.history["phase"]
 
 
 def test_budget_and_hover_rule():

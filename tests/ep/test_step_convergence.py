@@ -204,6 +204,28 @@ def test_resume_begins_at_the_stage_the_warm_start_converged_in():
     assert [name for name, *_ in pair.methods_tried][0] == "ep"
 
 
+def test_warm_start_is_a_light_copy_that_resumes_alike():
+    """chain.warm_start keeps the sites, moments, converged and method_used of a result and
+    drops its posterior factors and history; a run resumed from it equals one resumed from
+    the result itself, and the result is not changed."""
+    from robustep.ep.chain import warm_start
+
+    K, y, lik = _step_cell("xor", 0.2, 100, 0)
+    first = run_chain(K, y, lik, _ep_and_damped())
+    light = warm_start(first)
+    assert light.posterior is None and light.history == {} and light.site_info == {}
+    assert light.method_used == first.method_used and light.converged == first.converged
+    np.testing.assert_array_equal(light.site_precision, first.site_precision)
+    np.testing.assert_array_equal(light.site_shift, first.site_shift)
+    assert first.posterior is not None and first.history
+    K2 = DensePrior(0.9 * K.K, check=False)
+    a = run_chain(K2, y, lik, _ep_and_damped(resume=True), init=first)
+    b = run_chain(K2, y, lik, _ep_and_damped(resume=True), init=light)
+    assert a.methods_tried == b.methods_tried
+    np.testing.assert_array_equal(a.site_precision, b.site_precision)
+    assert a.log_Z == b.log_Z
+
+
 def _step_data(boundary, n, flip, seed):
     X, y = _stress().step_noise_data(boundary, n, flip, seed)
     return X, np.where(y > 0, 1, 0)

@@ -337,3 +337,90 @@ def test_a_failure_from_a_worse_point_is_tried_again_from_the_best_point():
     res = maximise_evidence(always_fails_away_from_start, np.zeros(1), [(-10.0, 10.0)])
     # x = 0 is the only success: every failure was warm-started from the best point
     assert res.n_failures >= 1 and len(calls) == res.n_evaluations
+
+
+def _recorded(evaluate):
+    """``evaluate`` recording (x, the x its warm start came from) per call."""
+    calls = []
+
+    def wrapped(x, context):
+        calls.append((float(x[0]), None if context.warm is None else float(context.warm[0])))
+        return evaluate(x, context)
+
+    return wrapped, calls
+
+
+def _steep(x, context):
+    """-2 (x + 1)^2: from 0, L-BFGS-B's first trial point is the raw gradient, -4."""
+    d = x[0] + 1.0
+    return Evaluation(-2.0 * d * d, np.array([-4.0 * d]), state=x.copy())
+
+
+def test_warm_jump_starts_far_moves_from_the_nearest_success():
+    """With warm_jump, an evaluation whose last success lies farther than warm_jump starts
+    from the nearest success's state; one within warm_jump of the last from the last's.
+    Without it every evaluation starts from the last success's state."""
+    evaluate, calls = _recorded(_steep)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0)
+    np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+    assert calls[1] == (pytest.approx(-4.0), 0.0)
+    seen = [calls[0][0]]
+    for x, warm_x in calls[1:]:
+        last = seen[-1]
+        nearest = min(reversed(seen), key=lambda s: abs(s - x))
+        assert warm_x == (last if abs(last - x) <= 1.0 else nearest)
+        seen.append(x)
+    # the point after the far first trial (-4) starts from the start's state (0), not -4
+    assert abs(calls[2][0] - calls[1][0]) > 1.0 and calls[2][1] == 0.0
+    evaluate, calls = _recorded(_steep)
+    maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)])
+    assert all(warm_x == calls[i][0] for i, (_, warm_x) in enumerate(calls[1:]))
+    with pytest.raises(ValueError, match="warm_jump"):
+        maximise_evidence(_steep, np.zeros(1), [(-10.0, 10.0)], warm_jump=0.0)
+
+
+def test_a_failure_from_the_nearest_state_is_tried_again_from_the_last():
+    """An evaluation that fails from the nearest success's state is tried once more from
+    the last success's state (here: states at x > -2 fail at points in (-2, -0.5): the
+    point after the far first trial, -4, fails from the start's state)."""
+
+    def fragile(x, context):
+        if context.warm is not None and context.warm[0] > -2.0 and -2.0 < x[0] < -0.5:
+            raise EvaluationFailed("inference did not converge")
+        return _steep(x, context)
+
+    evaluate, calls = _recorded(fragile)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0)
+    retried = [i for i in range(1, len(calls)) if calls[i][0] == calls[i - 1][0]]
+    assert retried, "the test needs a repeated evaluation"
+    i = retried[0]
+    assert calls[i - 1][1] > -2.0 and calls[i][1] == pytest.approx(-4.0)
+    assert res.success
+    np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+
+
+def test_step_classifier_search_uses_the_configured_warm_jump(monkeypatch):
+    """The step classifier passes robustep.config's search_warm_jump to the search; the
+    probit classifier always starts from the last success."""
+    from robustep import GPClassifier, config
+    from robustep.estimators import _binary_dense
+
+    seen = []
+    search = _binary_dense.maximise_evidence
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["warm_jump"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = np.where(X[:, 0] > 0, 1, -1)
+    GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    with config(search_warm_jump=None):
+        GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    GPClassifier().fit(X, y)
+    assert seen == [1.0, None, None]
+    with pytest.raises(ValueError, match="search_warm_jump"):
+        with config(search_warm_jump=-1.0):
+            pass

@@ -37,7 +37,8 @@ Safeguards (the proposal is not a valid site configuration everywhere):
 * a warm start whose posterior is invalid keeps its sites with the negative ones halved
   until it is valid; a warm-started run that stops is repeated from zero sites with the
   warm-up, and a run from zero sites that stops is repeated with twice the warm-up and,
-  if it was blocked, the damping moved halfway to 1 (two repeats at most).
+  if it was blocked, the damping moved halfway to 1 (two repeats at most, ``restarts``;
+  the chain makes one in a search evaluation).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def accelerated_expectation_propagation(
     init=None,
     max_factorisations=None,
     tol_units="sites",
+    restarts=None,
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -132,6 +134,8 @@ def accelerated_expectation_propagation(
     max_factorisations : None or the posterior factorisations allowed in all (each sweep
         makes one, a rejected point one more).
     tol_units : "sites" or "marginal", as :func:`robustep.ep.expectation_propagation`.
+    restarts : int >= 0, runs from zero sites after a run that stopped (module docstring);
+        None: two (``AcceleratedStage.restarts``).
 
     Returns
     -------
@@ -156,7 +160,7 @@ def accelerated_expectation_propagation(
         ev, status = _iterate(ctx, ev, mem, 0 if warm else warmup,
                               warm_window if warm else window, damping)  # fmt: skip
         heavier, longer = damping, warmup
-        for _ in range(_RESTARTS):
+        for _ in range(_RESTARTS if restarts is None else int(restarts)):
             if status not in ("blocked", "stalled"):
                 break
             # the run reached the cavity limits (a cavity precision near zero that every

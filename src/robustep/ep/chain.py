@@ -76,6 +76,7 @@ __all__ = [
     "hover_callback",
     "run_chain",
     "stall_callback",
+    "warm_start",
     "warn_if_not_converged",
 ]
 
@@ -207,7 +208,7 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
             window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
             tol=damped_tol, init=init, tol_units=strategy.tol_units,
-            max_factorisations=strategy.max_factorisations,
+            max_factorisations=strategy.max_factorisations, restarts=opts.restarts,
         )  # fmt: skip
         res.tol = damped_tol
         total += int(res.n_iter)
@@ -264,6 +265,19 @@ def _finish(res, name, tried, total):
     res.method_used = name
     res.methods_tried = list(tried)
     return res
+
+
+def warm_start(res):
+    """A light copy of a result of :func:`run_chain` for warm-starting the next run: its
+    sites, moments, ``converged`` and ``method_used`` (where ``strategy.resume`` begins),
+    without the posterior's factors or the history, so that an evidence search can keep
+    one per evaluation (``maximise_evidence(warm_from="nearest")``).
+
+    res : an :class:`~robustep.ep.EPResult` of :func:`run_chain` (or of the engine).
+    """
+    light = dataclasses.replace(res, posterior=None, history={}, site_info={})
+    light.method_used = getattr(res, "method_used", None)
+    return light
 
 
 def auto_expectation_propagation(

@@ -292,6 +292,18 @@ class AcceleratedStage:
         The same window for a run from a warm start, which then starts again from zero
         sites (with the warm-up): a warm start from hyperparameters far away (an
         optimiser's trial step) converged more slowly than zero sites.
+    restarts : int >= 0
+        Runs from zero sites after a run that stopped (hovered or blocked): a warm-started
+        run once from zero sites with the warm-up, a run from zero sites again with twice
+        the warm-up (:func:`robustep.ep.accelerated.accelerated_expectation_propagation`).
+    search_restarts : int >= 0
+        The same in an evaluation of an evidence search
+        (:meth:`InferenceStrategy.search_stages`): one, so that a failing evaluation (the
+        search backs off from it) costs fewer sweeps (a median 51 against 84 on the step
+        classifier's 42 fits at n = 200-300, whose optima stay within 2.1e-4 in log
+        evidence: ``python benchmarks/step_search.py --compare current
+        search-restarts-2``); at n = 2000 the searches that try far-off length-scales
+        gain most (docs/reliability.md, "Cost of the step classifier").
 
     On the label-noise step likelihood's 42 fits at n = 200 and 300
     (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;
@@ -306,9 +318,12 @@ class AcceleratedStage:
     damping: float = 0.6
     window: int = 20
     warm_window: int = 10
+    restarts: int = 2
+    search_restarts: int = 1
 
     def __post_init__(self):
-        for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1)):
+        for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1),
+                          ("restarts", 0), ("search_restarts", 0)):  # fmt: skip
             if not _is_int(getattr(self, name), low):
                 raise ValueError(
                     f"AcceleratedStage.{name} must be an integer >= {low}, "
@@ -545,14 +560,19 @@ class InferenceStrategy:
         converged in 2 of 538 search evaluations, and a failed evaluation cost a median
         194 sweeps with it against 100 without; without it the searches end at the same
         optima where both converge, in half the time (``python benchmarks/step_search.py
-        --compare current former-search``).
+        --compare current former-search``).  Stage ``"accelerated"`` makes
+        ``accelerated.search_restarts`` runs from zero sites after a run that stopped.
         """
         stages = tuple(s for s in self.stages if s in ("ep", "accelerated", "damped"))
         if "accelerated" in stages:
             stages = ("accelerated",)
-        return dataclasses.replace(
-            self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True
+        accelerated = dataclasses.replace(
+            self.accelerated, restarts=self.accelerated.search_restarts
         )
+        return dataclasses.replace(
+            self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True,
+            accelerated=accelerated,
+        )  # fmt: skip
 
     def engine_options(self) -> dict:
         """Keyword arguments of :func:`robustep.ep.expectation_propagation` (or of an engine

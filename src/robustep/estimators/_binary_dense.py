@@ -23,6 +23,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from robustep._config import get_config
+from robustep.ep.chain import warm_start
 from robustep.estimators._binary import (
     BinaryCore,
     BinaryFit,
@@ -210,12 +211,13 @@ class DenseBinaryCore(BinaryCore):
 
     def warm_state(self, res):
         """What the next evaluation starts from: EP's sites, or Laplace's alpha = K^-1 f;
-        for ``method="auto"`` the result itself (its sites, and the stage it converged in,
-        where the next evaluation's chain begins: ``InferenceStrategy.resume``)."""
+        for ``method="auto"`` a light copy of the result (its sites, and the stage it
+        converged in, where the next evaluation's chain begins:
+        ``InferenceStrategy.resume``; :func:`robustep.ep.chain.warm_start`)."""
         if self.params.method == "laplace":
             return np.array(res.alpha, dtype=float)
         if self.params.method == "auto" and hasattr(res, "method_used"):
-            return res
+            return warm_start(res)
         return (np.array(res.site_precision), np.array(res.site_shift))
 
     def latent(self, fit, X):
@@ -246,8 +248,11 @@ class DenseBinaryCore(BinaryCore):
         bounds = self.kernel.bounds
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
-        options = None
+        options = warm_jump = None
         if params.likelihood == "step":
+            # a far trial point's sites are a poor start for the next point, back near the
+            # others: the nearest success's instead (search_warm_jump)
+            warm_jump = get_config().search_warm_jump
             # the step evidence at the search tolerance is noisy at SciPy's default ftol
             # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
             options = {"ftol": get_config().search_ftol}
@@ -260,7 +265,7 @@ class DenseBinaryCore(BinaryCore):
         return maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
             warm_of=lambda state: self.warm_state(state[0]), options=options,
-            fallback_starts=fallbacks,
+            fallback_starts=fallbacks, warm_jump=warm_jump,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):

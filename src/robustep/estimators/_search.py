@@ -15,9 +15,11 @@ way for every estimator:
   back into the region where inference succeeds, so that the L-BFGS-B line search backs
   off from the failed point instead of stopping at a flat wall;
 - **warm starts**: each evaluation receives the last successful evaluation's result of the
-  same start (a failed evaluation does not reset it; a new start begins from the caller's
-  ``warm`` for the first start, nothing for the others); an evaluation that fails from a
-  state other than the best point's is tried once more from the best point's state;
+  same start, or, where that lies farther than ``warm_jump`` from it, the nearest
+  successful evaluation's (a failed evaluation does not reset it; a new start begins from
+  the caller's ``warm`` for the first start, nothing for the others); an evaluation that
+  fails is tried once more from the last success's state if it started from another, else
+  from the best point's state if it started from another;
 - **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use),
   and fallback starts tried only while no evaluation has succeeded
   (:func:`shorter_length_scale_starts`);
@@ -90,8 +92,9 @@ class Evaluation:
 class EvaluationContext:
     """What ``evaluate`` knows about the search when it is called.
 
-    warm : the last successful evaluation's ``state`` in this start (or the caller's warm
-        start, or None).
+    warm : the warm start of this evaluation: the last successful evaluation's ``state``
+        in this start (or the nearest one's, ``maximise_evidence(warm_jump=...)``), or the
+        caller's warm start, or None.
     first : True until an evaluation of this start has succeeded.
     start : index of the start (0 for the caller's x0).
     """
@@ -209,6 +212,7 @@ def maximise_evidence(
     verbose: bool = False,
     fallback_starts: Sequence[np.ndarray] = (),
     retry: bool = True,
+    warm_jump: float | None = None,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -229,8 +233,16 @@ def maximise_evidence(
     fallback_starts : starts tried in order, after ``x0`` and ``starts``, only while no
         evaluation has succeeded (e.g. :func:`shorter_length_scale_starts`); the first
         with a successful evaluation is searched like any start, and the rest are skipped.
-    retry : an evaluation that fails from a warm start other than the best point's state
-        is tried once more from the best point's state (module docstring).
+    retry : an evaluation that fails is tried once more from another state: the last
+        success's if it started from the nearest one's, else the best point's (module
+        docstring).
+    warm_jump : None: each evaluation starts from the last successful evaluation's warm
+        start; a number: from that of the successful evaluation of the same start nearest
+        to it (largest coordinate difference; the later on a tie) when the last lies
+        farther than ``warm_jump``, which keeps a far trial point (L-BFGS-B's first step
+        is the raw gradient) from being the start of the next point, back near the
+        others.  Then every successful evaluation's ``warm_of(state)`` of the start is
+        kept, so ``warm_of`` should return a light state.
 
     Returns
     -------
@@ -241,8 +253,10 @@ def maximise_evidence(
             return maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
-                fallback_starts=fallback_starts, retry=retry,
+                fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
             )  # fmt: skip
+    if warm_jump is not None and not warm_jump > 0:
+        raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
     counts = {"evaluations": 0, "failures": 0}
@@ -260,18 +274,25 @@ def maximise_evidence(
         n_run += 1
         context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
         best = {"value": -np.inf, "x": None, "warm": None}
+        done = []  # with warm_jump: (x, warm start) of this start's successes
 
-        def objective(x, context=context, best=best):
+        def objective(x, context=context, best=best, done=done):
             counts["evaluations"] += 1
+            last = context.warm
+            if done:
+                context.warm = _nearest_warm(done, x, warm_jump)
             try:
                 try:
                     ev, value, grad = _attempt(evaluate, x, context)
                 except _FAILURES:
-                    if not retry or best["warm"] is None or context.warm is best["warm"]:
+                    # once more from another state: the last success's where the nearest
+                    # one's failed, else the best point's (the last success was a trial
+                    # point that did not improve, often far off as L-BFGS-B's first step)
+                    tried = context.warm
+                    other = last if last is not tried else best["warm"]
+                    if not retry or other is None or other is tried:
                         raise
-                    # the last success was a trial point that did not improve (often far
-                    # off, as L-BFGS-B's first step): once more from the best point's state
-                    context.warm = best["warm"]
+                    context.warm = other
                     ev, value, grad = _attempt(evaluate, x, context)
             except _FAILURES:
                 counts["failures"] += 1
@@ -282,6 +303,8 @@ def maximise_evidence(
                 return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
             context.warm = warm_of(ev.state)
             context.first = False
+            if warm_jump is not None:
+                done.append((np.array(x, dtype=float), context.warm))
             if value > best["value"]:
                 best.update(value=value, x=np.array(x, dtype=float), warm=context.warm)
             if value > overall["value"]:
@@ -318,6 +341,18 @@ def maximise_evidence(
 
 
 _FAILURES = (np.linalg.LinAlgError, ArithmeticError, ValueError)
+
+
+def _nearest_warm(done, x, jump):
+    """The warm start for an evaluation at x: that of the last entry of ``done`` ((x_j,
+    warm_j) pairs in evaluation order), or, where its x_j lies farther than ``jump`` from
+    x (largest coordinate difference), that of the entry nearest to x (the later on a
+    tie)."""
+    gaps = np.array([float(np.max(np.abs(xj - x), initial=0.0)) for xj, _ in done])
+    if gaps[-1] <= jump:
+        return done[-1][1]
+    j = gaps.size - 1 - int(np.argmin(gaps[::-1]))
+    return done[j][1]
 
 
 def _attempt(evaluate, x, context):
