@@ -26,6 +26,8 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``normalised``: the optimiser of each search start sees the objective divided by the
   largest entry of its gradient at the start (at least 1; :func:`normalised`), so that
   L-BFGS-B's first step is at most one unit of log length-scale;
+* ``no-probes``: a search evaluation far from every successful one (more than
+  ``search_warm_jump``) restarts from zero sites as the others do, instead of not at all;
 * ``last-warm``: each search evaluation starts from the last successful one's sites,
   however far it lies (``robustep.config(search_warm_jump=None)``);
 * ``nearest-warm``: each search evaluation starts from the nearest successful one's
@@ -82,6 +84,7 @@ VARIANTS = (
     "no-restarts",
     "search-restarts-2",
     "no-retry",
+    "no-probes",
     "last-warm",
     "nearest-warm",
 )
@@ -147,8 +150,8 @@ def variant(name, runs, lengths=None):
     infer = core.infer
     settings = contextlib.ExitStack()  # robustep.config overrides of the variant
 
-    def recorded_infer(self, prior, init=None, search=False):
-        res = infer(self, prior, init, search)
+    def recorded_infer(self, prior, init=None, search=False, **kwargs):
+        res = infer(self, prior, init, search, **kwargs)
         runs.append((search, getattr(res, "method_used", "-"), bool(res.converged),
                      int(res.n_iter)))  # fmt: skip
         return res
@@ -166,8 +169,8 @@ def variant(name, runs, lengths=None):
     if name == "former-search":
         stages = strategy.InferenceStrategy.search_stages
 
-        def search_stages(self, damped_tol=None):
-            chosen = stages(self, damped_tol)
+        def search_stages(self, damped_tol=None, probe=False):
+            chosen = stages(self, damped_tol, probe)
             kept = tuple(s for s in self.stages if s in ("accelerated", "damped"))
             return dataclasses.replace(chosen, stages=kept) if "accelerated" in kept else chosen
 
@@ -213,6 +216,13 @@ def variant(name, runs, lengths=None):
             return dataclasses.replace(chosen, accelerated=stage)
 
         strategy.InferenceStrategy.auto = classmethod(former_stage)
+    elif name == "no-probes":
+        probing = strategy.InferenceStrategy.search_stages
+
+        def no_probes(self, damped_tol=None, probe=False):
+            return probing(self, damped_tol)
+
+        strategy.InferenceStrategy.search_stages = no_probes
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))

@@ -105,7 +105,10 @@ class Settings:
         kept, as there the evidence at the search tolerance depends on the starting sites
         by ~1e-4 nats, and switching between neighbours' sites made L-BFGS-B's line
         searches chase the jumps (``python benchmarks/step_search.py --compare current
-        last-warm``).
+        last-warm``).  An evaluation farther than this from every successful one is a
+        probe: its EP stage makes no run from zero sites after a run that stopped
+        (``InferenceStrategy.search_stages(probe=True)``), so that a far trial point
+        where EP fails is abandoned after about 20 sweeps.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is

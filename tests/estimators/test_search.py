@@ -191,10 +191,10 @@ def test_estimator_that_cannot_move_warns_and_reports_why(monkeypatch):
     clf = GPClassifier(random_state=0)
     original = DenseBinaryCore.evaluate
 
-    def only_the_start(self, theta, eval_gradient, init=None, search=False):
+    def only_the_start(self, theta, eval_gradient, init=None, search=False, **kwargs):
         if search and not np.allclose(theta, 0.0):  # the default kernel's log theta is 0
             raise np.linalg.LinAlgError("inference fails away from the start")
-        return original(self, theta, eval_gradient, init=init, search=search)
+        return original(self, theta, eval_gradient, init=init, search=search, **kwargs)
 
     monkeypatch.setattr(DenseBinaryCore, "evaluate", only_the_start)
     with warnings.catch_warnings(record=True) as caught:
@@ -424,3 +424,50 @@ def test_step_classifier_search_uses_the_configured_warm_jump(monkeypatch):
     with pytest.raises(ValueError, match="search_warm_jump"):
         with config(search_warm_jump=-1.0):
             pass
+
+
+def test_context_gap_is_the_distance_to_the_nearest_success():
+    """With warm_jump each evaluation's context.gap is the distance from its point to the
+    nearest successful evaluation of the start (inf before the first); without it, inf."""
+    seen = []
+
+    def record(x, context):
+        seen.append((float(x[0]), context.gap))
+        return _steep(x, context)
+
+    maximise_evidence(record, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0)
+    assert seen[0][1] == np.inf
+    for k, (x, gap) in enumerate(seen[1:], start=1):
+        assert gap == pytest.approx(min(abs(x - s) for s, _ in seen[:k]))
+    assert seen[1][1] == pytest.approx(4.0)  # the raw-gradient first trial: a probe
+    seen.clear()
+    maximise_evidence(record, np.zeros(1), [(-10.0, 10.0)])
+    assert all(gap == np.inf for _, gap in seen)
+
+
+def test_step_classifier_probes_run_without_restarts(monkeypatch):
+    """The step classifier's search marks an evaluation farther than search_warm_jump from
+    every success a probe, and a probe's stage "accelerated" makes no run from zero sites
+    (search_stages(probe=True)); the first evaluation is not a probe."""
+    from robustep import GPClassifier
+    from robustep.ep import InferenceStrategy
+    from robustep.estimators import _binary_dense
+
+    strategy = InferenceStrategy.auto(100, accelerate=True)
+    assert strategy.search_stages(1e-2, probe=True).accelerated.restarts == 0
+    assert strategy.search_stages(1e-2).accelerated.restarts == 1
+    flags = []
+    run = _binary_dense.run_inference
+
+    def spy(*args, search=False, probe=False, **kwargs):
+        if search:
+            flags.append(probe)
+        return run(*args, search=search, probe=probe, **kwargs)
+
+    monkeypatch.setattr(_binary_dense, "run_inference", spy)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1.0, 1.0, size=(80, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
+    y[rng.random(80) < 0.2] *= -1
+    GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert flags and flags[0] is False and any(flags)

@@ -541,7 +541,9 @@ class InferenceStrategy:
             single_run=DoubleLoop("stop_on_stall"),
         )
 
-    def search_stages(self, damped_tol: float | None = None) -> InferenceStrategy:
+    def search_stages(
+        self, damped_tol: float | None = None, probe: bool = False
+    ) -> InferenceStrategy:
         """This strategy for the evaluations of an evidence search: the same budgets, only
         the stages that look for EP's fixed point by parallel sweeps (``"ep"``,
         ``"accelerated"``, ``"damped"``), stages ``"damped"`` and ``"accelerated"`` to
@@ -561,13 +563,15 @@ class InferenceStrategy:
         194 sweeps with it against 100 without; without it the searches end at the same
         optima where both converge, in half the time (``python benchmarks/step_search.py
         --compare current former-search``).  Stage ``"accelerated"`` makes
-        ``accelerated.search_restarts`` runs from zero sites after a run that stopped.
+        ``accelerated.search_restarts`` runs from zero sites after a run that stopped, none
+        for a ``probe``: an evaluation far from every successful one (an optimiser's far
+        trial step), which the search abandons cheaply where it fails.
         """
         stages = tuple(s for s in self.stages if s in ("ep", "accelerated", "damped"))
         if "accelerated" in stages:
             stages = ("accelerated",)
         accelerated = dataclasses.replace(
-            self.accelerated, restarts=self.accelerated.search_restarts
+            self.accelerated, restarts=0 if probe else self.accelerated.search_restarts
         )
         return dataclasses.replace(
             self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True,

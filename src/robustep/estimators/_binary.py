@@ -95,7 +95,7 @@ def log_evidence(res) -> float:
     return float(value)
 
 
-def run_inference(params, prior, y, likelihood, init=None, search=False):
+def run_inference(params, prior, y, likelihood, init=None, search=False, probe=False):
     """Run ``params.method`` on a Gaussian prior; returns the inference result.
 
     Parameters
@@ -109,6 +109,8 @@ def run_inference(params, prior, y, likelihood, init=None, search=False):
     search : an evaluation of the evidence search: ``method="auto"`` then runs
         :meth:`InferenceStrategy.search_stages <robustep.ep.InferenceStrategy.search_stages>`
         (parallel and damped EP only; the search discards a run that does not converge).
+    probe : with ``search``, an evaluation farther than ``search_warm_jump`` from every
+        successful one (an optimiser's far trial step): ``search_stages(probe=True)``.
     """
     if params.method == "laplace":
         # probit is log-concave: Newton steps on B = I + W^1/2 K W^1/2 (one Cholesky
@@ -148,7 +150,7 @@ def run_inference(params, prior, y, likelihood, init=None, search=False):
         )
         if search:
             # damped sweeps to the search tolerance: the final fit refines the best state
-            strategy = strategy.search_stages(damped_tol=get_config().search_tol)
+            strategy = strategy.search_stages(damped_tol=get_config().search_tol, probe=probe)
         return run_chain(prior, y, likelihood, strategy, schedule=params.schedule,
                          tol=params.tol, init=init)  # fmt: skip
     if params.method == "ep":

@@ -163,16 +163,19 @@ class DenseBinaryCore(BinaryCore):
         options computed with the gradient (K, or d and U), so nothing is built twice."""
         return make_prior(kernel, self.X, self.rep.name, **{**self.rep.options, **(built or {})})
 
-    def infer(self, prior, init=None, search=False):
+    def infer(self, prior, init=None, search=False, probe=False):
         """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`;
-        ``search``: an evaluation of the evidence search)."""
-        return run_inference(self.params, prior, self.y, self.likelihood, init, search=search)
+        ``search``: an evaluation of the evidence search; ``probe``: one far from every
+        successful evaluation)."""
+        return run_inference(
+            self.params, prior, self.y, self.likelihood, init, search=search, probe=probe
+        )
 
-    def evaluate(self, theta, eval_gradient, init=None, search=False):
+    def evaluate(self, theta, eval_gradient, init=None, search=False, probe=False):
         """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
         the inference result, the prior).  ``search``: an evaluation of the evidence search,
         which raises EvaluationFailed for a result that did not converge or whose evidence
-        is not finite, before computing the gradient."""
+        is not finite, before computing the gradient; ``probe``: :func:`run_inference`'s."""
         kernel = self.kernel.clone_with_theta(theta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -183,7 +186,7 @@ class DenseBinaryCore(BinaryCore):
             if eval_gradient:  # K and dK from one kernel evaluation
                 built, K_gradient = self.rep.kernel_gradient(kernel, self.X, self.rep.options)
             prior = self.prior(kernel, built)
-            res = self.infer(prior, init=init, search=search)
+            res = self.infer(prior, init=init, search=search, probe=probe)
             value = log_evidence(res)
             if search and not (np.isfinite(value) and is_search_evidence(res)):
                 raise EvaluationFailed
@@ -242,7 +245,12 @@ class DenseBinaryCore(BinaryCore):
         params = self.params
 
         def evaluate(theta, context):
-            value, grad, res, prior = self.evaluate(theta, True, init=context.warm, search=True)
+            # farther than search_warm_jump from every success: a probe (run_inference)
+            probe = bool(warm_jump is not None and np.isfinite(context.gap)
+                         and context.gap > warm_jump)  # fmt: skip
+            value, grad, res, prior = self.evaluate(
+                theta, True, init=context.warm, search=True, probe=probe
+            )
             return Evaluation(value, grad, state=(res, prior))
 
         bounds = self.kernel.bounds

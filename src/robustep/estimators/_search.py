@@ -97,11 +97,15 @@ class EvaluationContext:
         caller's warm start, or None.
     first : True until an evaluation of this start has succeeded.
     start : index of the start (0 for the caller's x0).
+    gap : with ``maximise_evidence(warm_jump=...)``, the distance from this evaluation's
+        point to the nearest successful evaluation of the start (largest coordinate
+        difference); inf before the first success and without ``warm_jump``.
     """
 
     warm: Any = None
     first: bool = True
     start: int = 0
+    gap: float = np.inf
 
 
 @dataclasses.dataclass
@@ -280,7 +284,7 @@ def maximise_evidence(
             counts["evaluations"] += 1
             last = context.warm
             if done:
-                context.warm = _nearest_warm(done, x, warm_jump)
+                context.warm, context.gap = _nearest_warm(done, x, warm_jump)
             try:
                 try:
                     ev, value, grad = _attempt(evaluate, x, context)
@@ -344,15 +348,15 @@ _FAILURES = (np.linalg.LinAlgError, ArithmeticError, ValueError)
 
 
 def _nearest_warm(done, x, jump):
-    """The warm start for an evaluation at x: that of the last entry of ``done`` ((x_j,
-    warm_j) pairs in evaluation order), or, where its x_j lies farther than ``jump`` from
-    x (largest coordinate difference), that of the entry nearest to x (the later on a
-    tie)."""
+    """(warm start, gap) for an evaluation at x: the warm start of the last entry of
+    ``done`` ((x_j, warm_j) pairs in evaluation order), or, where its x_j lies farther than
+    ``jump`` from x (largest coordinate difference), that of the entry nearest to x (the
+    later on a tie); gap: the distance to the nearest entry."""
     gaps = np.array([float(np.max(np.abs(xj - x), initial=0.0)) for xj, _ in done])
-    if gaps[-1] <= jump:
-        return done[-1][1]
     j = gaps.size - 1 - int(np.argmin(gaps[::-1]))
-    return done[j][1]
+    if gaps[-1] <= jump:
+        return done[-1][1], float(gaps[j])
+    return done[j][1], float(gaps[j])
 
 
 def _attempt(evaluate, x, context):
