@@ -34,7 +34,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   sites, however near the last lies (``search_warm_jump`` of 1e-12).
 
 ``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
-smooth boundary with 10%, seed 5) instead, printing each fit.
+smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` other
+n = 2000 cells with eps equal to the flip rate, seed 5, named boundary and percentage
+(``--large xor10,smooth30``).
 
 ``--compare A B`` runs two variants and prints the totals of seconds and sweeps of each and,
 over the fits that end in stage "accelerated" in both (those with eps equal to the flip
@@ -99,11 +101,26 @@ def _stress():
     return module
 
 
+#: the n = 2000 cells of ``--large`` without a list
+LARGE = "xor20,smooth10"
+
+
 def cells(large=False):
-    """(boundary, n, flip, seed, eps) of the 42 fits, or with ``large`` the two n = 2000
-    fits (XOR with 20% flips and the smooth boundary with 10%, seed 5)."""
+    """(boundary, n, flip, seed, eps) of the 42 fits, or with ``large`` n = 2000 fits at
+    seed 5 with eps equal to the flip rate: ``True`` for :data:`LARGE`, else a string of
+    comma-separated cells such as "xor10,smooth30"."""
     if large:
-        return [("xor", 2000, 0.2, 5, 0.2), ("smooth", 2000, 0.1, 5, 0.1)]
+        names = LARGE if large is True else large
+        out = []
+        for name in names.split(","):
+            boundary = name.rstrip("0123456789")
+            if boundary not in ("xor", "smooth") or boundary == name:
+                raise ValueError(
+                    f"a large cell is xor or smooth and a flip percentage, got {name!r}"
+                )
+            flip = int(name[len(boundary) :]) / 100.0
+            out.append((boundary, 2000, flip, 5, flip))
+        return out
     out = [(b, n, f, s, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)
            for n in (200, 300) for s in (5, 6, 7)]  # fmt: skip
     return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in (5, 6, 7)]
@@ -128,6 +145,17 @@ def normalised(minimise):
         return x, value / scale[0] if scale else value, message
 
     return scaled_minimise
+
+
+def _change_auto(strategy, change):
+    """Make ``InferenceStrategy.auto`` return ``change(strategy)`` of what it chose
+    (``variant`` restores it)."""
+    auto = strategy.InferenceStrategy.auto.__func__
+
+    def changed(cls, *args, **kwargs):
+        return change(auto(cls, *args, **kwargs))
+
+    strategy.InferenceStrategy.auto = classmethod(changed)
 
 
 @contextlib.contextmanager
@@ -176,29 +204,18 @@ def variant(name, runs, lengths=None):
 
         strategy.InferenceStrategy.search_stages = search_stages
     elif name == "site-units":
-        auto = strategy.InferenceStrategy.auto.__func__
-
-        def site_units(cls, *args, **kwargs):
-            return auto(cls, *args, **{**kwargs, "tol_units": "sites"})
-
-        strategy.InferenceStrategy.auto = classmethod(site_units)
+        _change_auto(strategy, lambda chosen: dataclasses.replace(chosen, tol_units="sites"))
     elif name == "site-weights":
         saved[(accelerated, "_in_tolerance_units")] = accelerated._in_tolerance_units
         accelerated._in_tolerance_units = lambda ctx, ev, v: v
     elif name in ("no-restarts", "search-restarts-2"):
-        auto = strategy.InferenceStrategy.auto.__func__
         counts = (
             {"restarts": 0, "search_restarts": 0}
             if name == "no-restarts"
             else {"search_restarts": 2}
         )
-
-        def restarts(cls, *args, **kwargs):
-            chosen = auto(cls, *args, **kwargs)
-            stage = dataclasses.replace(chosen.accelerated, **counts)
-            return dataclasses.replace(chosen, accelerated=stage)
-
-        strategy.InferenceStrategy.auto = classmethod(restarts)
+        _change_auto(strategy, lambda chosen: dataclasses.replace(
+            chosen, accelerated=dataclasses.replace(chosen.accelerated, **counts)))  # fmt: skip
     elif name == "no-retry":
         saved[(_binary_dense, "maximise_evidence")] = _binary_dense.maximise_evidence
         _binary_dense.maximise_evidence = functools.partial(
@@ -208,14 +225,8 @@ def variant(name, runs, lengths=None):
         saved[(_search, "minimise")] = _search.minimise
         _search.minimise = normalised(_search.minimise)
     elif name == "former-stage":
-        auto = strategy.InferenceStrategy.auto.__func__
-
-        def former_stage(cls, *args, **kwargs):
-            chosen = auto(cls, *args, **kwargs)
-            stage = strategy.AcceleratedStage(memory=5, warmup=20)
-            return dataclasses.replace(chosen, accelerated=stage)
-
-        strategy.InferenceStrategy.auto = classmethod(former_stage)
+        stage = strategy.AcceleratedStage(memory=5, warmup=20)
+        _change_auto(strategy, lambda chosen: dataclasses.replace(chosen, accelerated=stage))
     elif name == "no-probes":
         probing = strategy.InferenceStrategy.search_stages
 
@@ -235,8 +246,9 @@ def variant(name, runs, lengths=None):
 
 
 def run(name, verbose=True, large=False, show_runs=False):
-    """The 42 fits (or with ``large`` the two n = 2000 ones) as variant ``name``: a list of
-    per-fit dicts; ``show_runs`` prints each fit's EP runs and their sweeps."""
+    """The 42 fits (or with ``large`` the n = 2000 ones, :func:`cells`) as variant
+    ``name``: a list of per-fit dicts; ``show_runs`` prints each fit's EP runs and their
+    sweeps."""
     data = _stress().step_noise_data
     fits = []
     for boundary, n, flip, seed, eps in cells(large):
@@ -346,8 +358,11 @@ def main(argv=None):
     )
     parser.add_argument(
         "--large",
-        action="store_true",
-        help="the two n = 2000 fits instead of the 42 (minutes each)",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CELLS",
+        help=f"n = 2000 fits instead of the 42 (minutes each): {LARGE}, or the cells given",
     )
     args = parser.parse_args(argv)
     if args.fallback:

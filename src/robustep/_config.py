@@ -100,8 +100,9 @@ class Settings:
         from the nearest successful evaluation's sites instead; None always from the
         last's.  L-BFGS-B's first trial point is the raw gradient (length-scales of 0.013
         or 4 from a start at 1): the next point, back near the start, took 43 sweeps from
-        there against 12 from the start's sites, and the two n = 2000 fits of
-        docs/reliability.md took 46 s against 71 s.  Near the optimum the last success is
+        there against 12 from the start's sites (the two n = 2000 fits of
+        docs/reliability.md: ``python benchmarks/step_search.py --large --compare current
+        last-warm``).  Near the optimum the last success is
         kept, as there the evidence at the search tolerance depends on the starting sites
         by ~1e-4 nats, and switching between neighbours' sites made L-BFGS-B's line
         searches chase the jumps (``python benchmarks/step_search.py --compare current

@@ -17,6 +17,10 @@ def _module():
 def test_variants_change_the_search_and_restore_it():
     step_search = _module()
     assert len(step_search.cells()) == 42
+    assert step_search.cells(True) == [("xor", 2000, 0.2, 5, 0.2), ("smooth", 2000, 0.1, 5, 0.1)]
+    assert step_search.cells("smooth30") == [("smooth", 2000, 0.3, 5, 0.3)]
+    with pytest.raises(ValueError, match="large cell"):
+        step_search.cells("ring10")
     chain = InferenceStrategy.auto(100, trial_damping=0.5, accelerate=True, tol_units="marginal")
     saved = (_binary_dense.DenseBinaryCore.infer, _binary_dense.DenseBinaryCore.optimise)
     with step_search.variant("former-search", []):

@@ -68,8 +68,6 @@ _RIDGE = 1e-10
 _SHRINKS = 3
 #: times the negative sites of a warm start that gives an invalid posterior are halved
 _WARM_HALVINGS = 10
-#: runs from zero sites after a run that stopped (module docstring)
-_RESTARTS = 2
 #: times a damped sweep's step is halved before the sweep counts as blocked: a state whose
 #: sweeps need more sits at the cavity limits, where every further halving (one
 #: factorisation each) moves it little (the engine's robust sweep halves up to 30 times)
@@ -114,7 +112,7 @@ def accelerated_expectation_propagation(
     init=None,
     max_factorisations=None,
     tol_units="sites",
-    restarts=None,
+    restarts=2,
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -134,8 +132,8 @@ def accelerated_expectation_propagation(
     max_factorisations : None or the posterior factorisations allowed in all (each sweep
         makes one, a rejected point one more).
     tol_units : "sites" or "marginal", as :func:`robustep.ep.expectation_propagation`.
-    restarts : int >= 0, runs from zero sites after a run that stopped (module docstring);
-        None: two (``AcceleratedStage.restarts``).
+    restarts : int >= 0, runs from zero sites after a run that stopped (module docstring;
+        ``AcceleratedStage.restarts``).
 
     Returns
     -------
@@ -160,7 +158,7 @@ def accelerated_expectation_propagation(
         ev, status = _iterate(ctx, ev, mem, 0 if warm else warmup,
                               warm_window if warm else window, damping)  # fmt: skip
         heavier, longer = damping, warmup
-        for _ in range(_RESTARTS if restarts is None else int(restarts)):
+        for _ in range(int(restarts)):
             if status not in ("blocked", "stalled"):
                 break
             # the run reached the cavity limits (a cavity precision near zero that every

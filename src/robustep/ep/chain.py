@@ -271,7 +271,7 @@ def warm_start(res):
     """A light copy of a result of :func:`run_chain` for warm-starting the next run: its
     sites, moments, ``converged`` and ``method_used`` (where ``strategy.resume`` begins),
     without the posterior's factors or the history, so that an evidence search can keep
-    one per evaluation (``maximise_evidence(warm_from="nearest")``).
+    one per evaluation (``maximise_evidence(warm_jump=...)``).
 
     res : an :class:`~robustep.ep.EPResult` of :func:`run_chain` (or of the engine).
     """

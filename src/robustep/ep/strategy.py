@@ -298,10 +298,10 @@ class AcceleratedStage:
         the warm-up (:func:`robustep.ep.accelerated.accelerated_expectation_propagation`).
     search_restarts : int >= 0
         The same in an evaluation of an evidence search
-        (:meth:`InferenceStrategy.search_stages`): one, so that a failing evaluation (the
-        search backs off from it) costs fewer sweeps (a median 51 against 84 on the step
-        classifier's 42 fits at n = 200-300, whose optima stay within 2.1e-4 in log
-        evidence: ``python benchmarks/step_search.py --compare current
+        (:meth:`InferenceStrategy.search_stages`; none in a probe): one, so that a failing
+        evaluation (the search backs off from it) costs fewer sweeps (4818 against 5293
+        with two on the step classifier's 42 fits at n = 200-300, whose optima stay within
+        2.1e-4 in log evidence: ``python benchmarks/step_search.py --compare current
         search-restarts-2``); at n = 2000 the searches that try far-off length-scales
         gain most (docs/reliability.md, "Cost of the step classifier").
 
@@ -562,10 +562,11 @@ class InferenceStrategy:
         converged in 11 of 490 search evaluations, and a failed evaluation cost a median
         88 sweeps with it against 29 without; without it the searches end at the same
         optima (length-scale within 0.9%), in half the time (``python
-        benchmarks/step_search.py --compare current former-search``).  Stage ``"accelerated"`` makes
-        ``accelerated.search_restarts`` runs from zero sites after a run that stopped, none
-        for a ``probe``: an evaluation far from every successful one (an optimiser's far
-        trial step), which the search abandons cheaply where it fails.
+        benchmarks/step_search.py --compare current former-search``).  Stage
+        ``"accelerated"`` makes ``accelerated.search_restarts`` runs from zero sites after a
+        run that stopped, none for a ``probe``: an evaluation far from every successful one
+        (an optimiser's far trial step), which the search abandons cheaply where it
+        fails.
         """
         stages = tuple(s for s in self.stages if s in ("ep", "accelerated", "damped"))
         if "accelerated" in stages:

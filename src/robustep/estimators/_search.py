@@ -352,7 +352,8 @@ def _nearest_warm(done, x, jump):
     ``done`` ((x_j, warm_j) pairs in evaluation order), or, where its x_j lies farther than
     ``jump`` from x (largest coordinate difference), that of the entry nearest to x (the
     later on a tie); gap: the distance to the nearest entry."""
-    gaps = np.array([float(np.max(np.abs(xj - x), initial=0.0)) for xj, _ in done])
+    points = np.stack([xj for xj, _ in done])  # (evaluations, k)
+    gaps = np.max(np.abs(points - np.asarray(x, dtype=float)), axis=1, initial=0.0)
     j = gaps.size - 1 - int(np.argmin(gaps[::-1]))
     if gaps[-1] <= jump:
         return done[-1][1], float(gaps[j])
