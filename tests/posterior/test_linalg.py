@@ -116,6 +116,18 @@ def test_solve_A_mixed_sign():
     np.testing.assert_allclose(A @ post.solve_A(b[:, 0]), b[:, 0], atol=1e-9)
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_quadratic_forms_match_dense_inverse(name):
+    """diag(X^T A^-1 X) by forward solves equals the forms with the dense A^-1."""
+    K, tau, nu = CASES[name]
+    post = SitePosterior(K, tau, nu)
+    s = np.sqrt(np.abs(tau))
+    A = np.diag(np.where(tau < 0, -1.0, 1.0)) + s[:, None] * K * s[None, :]
+    X = np.random.default_rng(4).normal(size=(tau.size, 5))
+    expected = np.einsum("ij,ij->j", X, np.linalg.solve(A, X))
+    np.testing.assert_allclose(post.quadratic_forms(X), expected, rtol=1e-8, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["positive", "mixed", "zero"])
 def test_predict_matches_dense(name):
     K, tau, nu = CASES[name]

@@ -24,8 +24,9 @@ docs/derivations/linalg.md)
 which needs ``diag(A^-1)`` only, i.e. one Cholesky and one triangular
 inverse per factorisation (about two Cholesky-times), instead of a full
 triangular solve with ``K``.  Where ``|tau_i| Sigma_ii`` is tiny the identity
-cancels, and those few variances are computed from the explicit formula
-``K_ii - k_i^T S A^-1 S k_i``.
+cancels, and those variances are computed from the explicit formula
+``K_ii - k_i^T S A^-1 S k_i``, by forward solves only
+(:meth:`DenseSitePosterior.quadratic_forms`).
 """
 
 from __future__ import annotations
@@ -238,12 +239,36 @@ class DenseSitePosterior(SitePosterior):
         if self._all_positive:
             return dP
         L2inv = triangular_inverse(self._L2)
-        # top-left block of A^-1: B1^-1 - B1^-1 C (L2 L2^T)^-1 C^T B1^-1
-        H = blas_matmul(L1inv.T, self._G)  # B1^-1 C = L1^-T (L1^-1 C)
-        HL = scipy.linalg.solve_triangular(self._L2, H.T, lower=True, check_finite=False)
-        d[P] = dP - np.einsum("ij,ij->j", HL, HL)
+        # top-left block of A^-1: B1^-1 - B1^-1 C (L2 L2^T)^-1 C^T B1^-1, whose diagonal
+        # is the row sums of Z^2 with Z = B1^-1 C L2^-T = L1^-T (G L2^-T): two triangular
+        # solves, n_N^2 n_P + n_P^2 n_N flops
+        Y = scipy.linalg.solve_triangular(
+            self._L2, self._G.T, lower=True, check_finite=False
+        ).T  # G L2^-T
+        Z = scipy.linalg.solve_triangular(self._L1, Y, lower=True, trans=1, check_finite=False)
+        d[P] = dP - np.einsum("ij,ij->i", Z, Z)
         d[N] = -np.einsum("ij,ij->j", L2inv, L2inv)
         return d
+
+    def quadratic_forms(self, X):
+        """diag(X^T A^-1 X), shape (m,), for X of shape (n, m), by forward solves only.
+
+        With the block factorisation A = M J M^T, M = [[L1, 0], [G^T, L2]] (lower
+        triangular) and J = diag(I_P, -I_N), ``x^T A^-1 x = |z_P|^2 - |z_N|^2`` for
+        z = M^-1 x: z_P = L1^-1 x_P and z_N = L2^-1 (x_N - G^T z_P), about n^2 m flops,
+        half of a full solve with A (docs/derivations/linalg.md).
+        """
+        X = np.asarray(X, dtype=float)
+        if self._identity:
+            return np.einsum("ij,ij->j", X, X)
+        if self._all_positive:
+            Z = scipy.linalg.solve_triangular(self._L1, X, lower=True, check_finite=False)
+            return np.einsum("ij,ij->j", Z, Z)
+        ZP = scipy.linalg.solve_triangular(self._L1, X[self._P], lower=True, check_finite=False)
+        ZN = scipy.linalg.solve_triangular(
+            self._L2, X[self._N] - blas_matmul(self._G.T, ZP), lower=True, check_finite=False
+        )
+        return np.einsum("ij,ij->j", ZP, ZP) - np.einsum("ij,ij->j", ZN, ZN)
 
     def _marginal_variances(self):
         K = self.K
@@ -260,8 +285,7 @@ class DenseSitePosterior(SitePosterior):
         explicit = ~(s2 * var >= _CANCELLATION_THRESHOLD)
         if explicit.any():
             idx = np.flatnonzero(explicit)
-            SK = self._s[:, None] * K[:, idx]
-            var[idx] = kdiag[idx] - np.einsum("ij,ij->j", SK, self.solve_A(SK))
+            var[idx] = kdiag[idx] - self.quadratic_forms(self._s[:, None] * K[:, idx])
         if not (var > 0).all():
             raise InvalidSiteConfiguration(
                 "non-positive marginal posterior variance; the site configuration is invalid"
@@ -351,8 +375,7 @@ class DenseSitePosterior(SitePosterior):
             return mean, None
         k_diag = np.asarray(k_diag, dtype=float)
         if not self._all_positive:
-            SKt = self._s[:, None] * K_cross.T
-            var = k_diag - np.einsum("ij,ij->j", SKt, self.solve_A(SKt))
+            var = k_diag - self.quadratic_forms(self._s[:, None] * K_cross.T)
             return mean, np.maximum(var, 0.0)
         # k*^T S B^-1 S k* = |L1^-1 S k*|^2.  Many points (m >= n/2) or a second call: one
         # matrix product with the cached (L1^-1 S)^T (the O(n^3/3) inverse is made once,
