@@ -31,7 +31,10 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``last-warm``: each search evaluation starts from the last successful one's sites,
   however far it lies (``robustep.config(search_warm_jump=None)``);
 * ``nearest-warm``: each search evaluation starts from the nearest successful one's
-  sites, however near the last lies (``search_warm_jump`` of 1e-12).
+  sites, however near the last lies (``search_warm_jump`` of 1e-12);
+* ``first-restarts``: a start's first evaluation restarts from zero sites after a run
+  that stopped even while a fallback start would follow its failure
+  (``robustep.config(search_first_restarts=True)``).
 
 ``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
 smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` other
@@ -89,6 +92,7 @@ VARIANTS = (
     "no-probes",
     "last-warm",
     "nearest-warm",
+    "first-restarts",
 )
 
 
@@ -234,6 +238,8 @@ def variant(name, runs, lengths=None):
             return probing(self, damped_tol)
 
         strategy.InferenceStrategy.search_stages = no_probes
+    elif name == "first-restarts":
+        settings.enter_context(config(search_first_restarts=True))
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))

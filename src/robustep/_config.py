@@ -110,6 +110,14 @@ class Settings:
         probe: its EP stage makes no run from zero sites after a run that stopped
         (``InferenceStrategy.search_stages(probe=True)``), so that a far trial point
         where EP fails is abandoned after about 20 sweeps.
+    search_first_restarts : bool
+        Whether the first evaluation of a step classifier's search start makes its EP
+        stage's runs from zero sites after a run that stopped while another start (a
+        fallback start, ``search_fallback_starts``) would follow its failure.  False (the
+        default) treats it as a probe: a failure there is followed by the next start
+        anyway, and the restarts cost 60-70 sweeps (docs/reliability.md, "Cost of the
+        step classifier"; ``python benchmarks/step_search.py --compare current
+        first-restarts``).  The last start's first evaluation always makes them.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -193,6 +201,7 @@ class Settings:
     search_fallback_starts: int = 2
     search_fallback_factor: float = 0.25
     search_warm_jump: float | None = 1.0
+    search_first_restarts: bool = False
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -234,6 +243,10 @@ class Settings:
         if self.search_warm_jump is not None:
             _check_real("search_warm_jump", self.search_warm_jump, positive=True)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
+        if not isinstance(self.search_first_restarts, bool):
+            raise ValueError(
+                f"search_first_restarts must be True or False, got {self.search_first_restarts!r}"
+            )
         for name in (
             "search_max_iter",
             "final_max_iter",

@@ -448,8 +448,9 @@ def test_context_gap_is_the_distance_to_the_nearest_success():
 def test_step_classifier_probes_run_without_restarts(monkeypatch):
     """The step classifier's search marks an evaluation farther than search_warm_jump from
     every success a probe, and a probe's stage "accelerated" makes no run from zero sites
-    (search_stages(probe=True)); the first evaluation is not a probe."""
-    from robustep import GPClassifier
+    (search_stages(probe=True)).  The first evaluation is a probe while a fallback start
+    would follow its failure (search_first_restarts=False), not otherwise."""
+    from robustep import GPClassifier, config
     from robustep.ep import InferenceStrategy
     from robustep.estimators import _binary_dense
 
@@ -470,4 +471,31 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
     y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
     y[rng.random(80) < 0.2] *= -1
     GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
-    assert flags and flags[0] is False and any(flags)
+    assert flags and flags[0] is True and any(flags[1:])
+    for settings in ({"search_first_restarts": True}, {"search_fallback_starts": 0}):
+        flags.clear()
+        with config(**settings):
+            GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+        assert flags and flags[0] is False and any(flags)
+    with pytest.raises(ValueError, match="search_first_restarts"):
+        with config(search_first_restarts="yes"):
+            pass
+
+
+def test_context_fallback_next_only_while_another_start_follows():
+    """context.fallback_next: True before any success while a further start follows, False
+    after a success and in the last start."""
+    seen = []
+
+    def record(x, context):
+        seen.append((context.start, context.first, context.fallback_next))
+        if x[0] > 0.5:
+            raise EvaluationFailed
+        return _steep(x, context)
+
+    fallbacks = [np.array([1.0]), np.array([0.0])]
+    maximise_evidence(record, np.array([2.0]), [(-5.0, 5.0)], fallback_starts=fallbacks)
+    assert seen[0] == (0, True, True)  # fails; two fallback starts follow
+    assert (1, True, True) in seen  # fails; one follows
+    assert (2, True, False) in seen  # the last start's first evaluation
+    assert all(not nxt for start, first, nxt in seen if not first)

@@ -110,7 +110,9 @@ def run_inference(params, prior, y, likelihood, init=None, search=False, probe=F
         :meth:`InferenceStrategy.search_stages <robustep.ep.InferenceStrategy.search_stages>`
         (parallel and damped EP only; the search discards a run that does not converge).
     probe : with ``search``, an evaluation farther than ``search_warm_jump`` from every
-        successful one (an optimiser's far trial step): ``search_stages(probe=True)``.
+        successful one (an optimiser's far trial step), or a start's first evaluation
+        while a fallback start would follow its failure (``search_first_restarts``):
+        ``search_stages(probe=True)``.
     """
     if params.method == "laplace":
         # probit is log-concave: Newton steps on B = I + W^1/2 K W^1/2 (one Cholesky

@@ -245,9 +245,13 @@ class DenseBinaryCore(BinaryCore):
         params = self.params
 
         def evaluate(theta, context):
-            # farther than search_warm_jump from every success: a probe (run_inference)
-            probe = bool(warm_jump is not None and np.isfinite(context.gap)
-                         and context.gap > warm_jump)  # fmt: skip
+            # farther than search_warm_jump from every success: a probe (run_inference);
+            # so is a start's first evaluation while another start follows if it fails
+            # (search_first_restarts=False)
+            probe = bool(warm_jump is not None and (
+                (np.isfinite(context.gap) and context.gap > warm_jump)
+                or (context.first and context.fallback_next
+                    and not get_config().search_first_restarts)))  # fmt: skip
             value, grad, res, prior = self.evaluate(
                 theta, True, init=context.warm, search=True, probe=probe
             )

@@ -100,12 +100,16 @@ class EvaluationContext:
     gap : with ``maximise_evidence(warm_jump=...)``, the distance from this evaluation's
         point to the nearest successful evaluation of the start (largest coordinate
         difference); inf before the first success and without ``warm_jump``.
+    fallback_next : True while no evaluation of the search has succeeded and another
+        start (a further start or a fallback start) follows this one, so that a failure
+        here is not the search's last word.
     """
 
     warm: Any = None
     first: bool = True
     start: int = 0
     gap: float = np.inf
+    fallback_next: bool = False
 
 
 @dataclasses.dataclass
@@ -276,7 +280,10 @@ def maximise_evidence(
         if index >= n_regular and overall["x"] is not None:
             break  # a fallback start runs only while nothing has succeeded
         n_run += 1
-        context = EvaluationContext(warm=warm if index == 0 else None, first=True, start=index)
+        context = EvaluationContext(
+            warm=warm if index == 0 else None, first=True, start=index,
+            fallback_next=overall["x"] is None and index + 1 < len(all_starts),
+        )  # fmt: skip
         best = {"value": -np.inf, "x": None, "warm": None}
         done = []  # with warm_jump: (x, warm start) of this start's successes
 
@@ -307,6 +314,7 @@ def maximise_evidence(
                 return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
             context.warm = warm_of(ev.state)
             context.first = False
+            context.fallback_next = False
             if warm_jump is not None:
                 done.append((np.array(x, dtype=float), context.warm))
             if value > best["value"]:
