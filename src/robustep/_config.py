@@ -115,9 +115,11 @@ class Settings:
         stage's runs from zero sites after a run that stopped while another start (a
         fallback start, ``search_fallback_starts``) would follow its failure.  False (the
         default) treats it as a probe: a failure there is followed by the next start
-        anyway, and the restarts cost 60-70 sweeps (docs/reliability.md, "Cost of the
-        step classifier"; ``python benchmarks/step_search.py --compare current
-        first-restarts``).  The last start's first evaluation always makes them.
+        anyway, and on the n = 2000 smooth cell with 30% flips the restart made 75 of
+        the first evaluation's 138 sweeps (docs/reliability.md, "Cost of the step
+        classifier"; ``python benchmarks/step_search.py --large smooth30 --runs``, with
+        and without ``--variant first-restarts``).  The last start's first evaluation
+        always makes them.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is

@@ -499,3 +499,25 @@ def test_context_fallback_next_only_while_another_start_follows():
     assert (1, True, True) in seen  # fails; one follows
     assert (2, True, False) in seen  # the last start's first evaluation
     assert all(not nxt for start, first, nxt in seen if not first)
+
+
+def test_context_probe_far_points_and_with_first_probes_first_evaluations():
+    """context.probe: with warm_jump, farther than it from every success of the start; with
+    first_probes, a start's first evaluation while another start follows."""
+    seen = []
+
+    def record(x, context):
+        seen.append((context.first, context.fallback_next, context.gap, context.probe))
+        if x[0] > 0.5:
+            raise EvaluationFailed
+        return _steep(x, context)
+
+    fallbacks = [np.array([1.0]), np.array([0.0])]
+    for first_probes in (False, True):
+        seen.clear()
+        maximise_evidence(record, np.array([2.0]), [(-5.0, 5.0)], fallback_starts=fallbacks,
+                          warm_jump=1.0, first_probes=first_probes)  # fmt: skip
+        assert any(gap > 1.0 for *_, gap, _ in seen if np.isfinite(gap))
+        for first, nxt, gap, probe in seen:
+            far = bool(np.isfinite(gap) and gap > 1.0)
+            assert probe == (far or (first_probes and first and nxt))

@@ -245,15 +245,8 @@ class DenseBinaryCore(BinaryCore):
         params = self.params
 
         def evaluate(theta, context):
-            # farther than search_warm_jump from every success: a probe (run_inference);
-            # so is a start's first evaluation while another start follows if it fails
-            # (search_first_restarts=False)
-            probe = bool(warm_jump is not None and (
-                (np.isfinite(context.gap) and context.gap > warm_jump)
-                or (context.first and context.fallback_next
-                    and not get_config().search_first_restarts)))  # fmt: skip
             value, grad, res, prior = self.evaluate(
-                theta, True, init=context.warm, search=True, probe=probe
+                theta, True, init=context.warm, search=True, probe=context.probe
             )
             return Evaluation(value, grad, state=(res, prior))
 
@@ -261,10 +254,14 @@ class DenseBinaryCore(BinaryCore):
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
         options = warm_jump = None
+        first_probes = False
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
             warm_jump = get_config().search_warm_jump
+            # a start's first evaluation, where a fallback start follows its failure, is
+            # a probe too (search_first_restarts)
+            first_probes = not get_config().search_first_restarts
             # the step evidence at the search tolerance is noisy at SciPy's default ftol
             # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
             options = {"ftol": get_config().search_ftol}
@@ -277,7 +274,7 @@ class DenseBinaryCore(BinaryCore):
         return maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
             warm_of=lambda state: self.warm_state(state[0]), options=options,
-            fallback_starts=fallbacks, warm_jump=warm_jump,
+            fallback_starts=fallbacks, warm_jump=warm_jump, first_probes=first_probes,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):

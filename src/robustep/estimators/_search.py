@@ -103,6 +103,10 @@ class EvaluationContext:
     fallback_next : True while no evaluation of the search has succeeded and another
         start (a further start or a fallback start) follows this one, so that a failure
         here is not the search's last word.
+    probe : an evaluation that the search would rather abandon cheaply than rescue where
+        inference fails: with ``maximise_evidence(warm_jump=...)`` one farther than
+        ``warm_jump`` from every success of the start (a far trial step), and with
+        ``first_probes`` a start's first evaluation while ``fallback_next``.
     """
 
     warm: Any = None
@@ -110,6 +114,7 @@ class EvaluationContext:
     start: int = 0
     gap: float = np.inf
     fallback_next: bool = False
+    probe: bool = False
 
 
 @dataclasses.dataclass
@@ -221,6 +226,7 @@ def maximise_evidence(
     fallback_starts: Sequence[np.ndarray] = (),
     retry: bool = True,
     warm_jump: float | None = None,
+    first_probes: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -251,6 +257,8 @@ def maximise_evidence(
         is the raw gradient) from being the start of the next point, back near the
         others.  Then every successful evaluation's ``warm_of(state)`` of the start is
         kept, so ``warm_of`` should return a light state.
+    first_probes : a start's first evaluation is a probe (``EvaluationContext.probe``)
+        while another start would follow its failure.
 
     Returns
     -------
@@ -262,6 +270,7 @@ def maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
+                first_probes=first_probes,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
@@ -292,6 +301,9 @@ def maximise_evidence(
             last = context.warm
             if done:
                 context.warm, context.gap = _nearest_warm(done, x, warm_jump)
+            context.probe = (
+                warm_jump is not None and np.isfinite(context.gap) and context.gap > warm_jump
+            ) or (first_probes and context.first and context.fallback_next)
             try:
                 try:
                     ev, value, grad = _attempt(evaluate, x, context)
@@ -363,9 +375,7 @@ def _nearest_warm(done, x, jump):
     points = np.stack([xj for xj, _ in done])  # (evaluations, k)
     gaps = np.max(np.abs(points - np.asarray(x, dtype=float)), axis=1, initial=0.0)
     j = gaps.size - 1 - int(np.argmin(gaps[::-1]))
-    if gaps[-1] <= jump:
-        return done[-1][1], float(gaps[j])
-    return done[j][1], float(gaps[j])
+    return done[-1 if gaps[-1] <= jump else j][1], float(gaps[j])
 
 
 def _attempt(evaluate, x, context):

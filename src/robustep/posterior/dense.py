@@ -374,22 +374,16 @@ class DenseSitePosterior(SitePosterior):
         if k_diag is None:
             return mean, None
         k_diag = np.asarray(k_diag, dtype=float)
-        if not self._all_positive:
-            var = k_diag - self.quadratic_forms(self._s[:, None] * K_cross.T)
-            return mean, np.maximum(var, 0.0)
-        # k*^T S B^-1 S k* = |L1^-1 S k*|^2.  Many points (m >= n/2) or a second call: one
-        # matrix product with the cached (L1^-1 S)^T (the O(n^3/3) inverse is made once,
-        # and gemm runs several times faster than a triangular solve); few points: one
-        # triangular solve (half of the two a Cholesky solve makes).
+        # k*^T S A^-1 S k*.  All sites positive and many points (m >= n/2) or a second
+        # call: |L1^-1 S k*|^2 by one matrix product with the cached (L1^-1 S)^T (the
+        # O(n^3/3) inverse is made once, and gemm runs several times faster than a
+        # triangular solve); otherwise forward solves (quadratic_forms).
         n, m = self.K.shape[0], K_cross.shape[0]
-        if self._pred is None and 2 * m >= n:
+        if self._all_positive and self._pred is None and 2 * m >= n:
             self._pred = (triangular_inverse(self._L1) * self._s[None, :]).T  # (L1^-1 S)^T
         if self._pred is not None:
             V = K_cross @ self._pred  # (m, n), rows (L1^-1 S k*)^T
             var = k_diag - np.einsum("ij,ij->i", V, V)
         else:
-            V = scipy.linalg.solve_triangular(
-                self._L1, self._s[:, None] * K_cross.T, lower=True, check_finite=False
-            )
-            var = k_diag - np.einsum("ij,ij->j", V, V)
+            var = k_diag - self.quadratic_forms(self._s[:, None] * K_cross.T)
         return mean, np.maximum(var, 0.0)
