@@ -34,7 +34,18 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   sites, however near the last lies (``search_warm_jump`` of 1e-12);
 * ``first-restarts``: a start's first evaluation restarts from zero sites after a run
   that stopped even while a fallback start would follow its failure
-  (``robustep.config(search_first_restarts=True)``).
+  (``robustep.config(search_first_restarts=True)``);
+* ``no-divergence``, ``no-probe-patience``, ``no-early-stops``: a run of stage
+  "accelerated" does not stop when it diverges (``AcceleratedStage(divergence=None)``),
+  a probe's run does not stop for lack of progress from its warm start
+  (``probe_start_patience=None``), or neither.
+
+``--residuals`` runs the 42 fits (with ``--large``, those n = 2000 fits) as
+``no-early-stops`` and prints, for each run of stage "accelerated" that they make, whether
+it converged, and how many runs and sweeps each early stop would have cut at several
+settings: the divergence rule (a residual after the warm-up at least F times the smallest
+since the warm-up ended), and the probes' start patience (none of a warm-started probe's first P
+sweeps 10% below its starting residual).
 
 ``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
 smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` other
@@ -60,6 +71,7 @@ Usage::
     python benchmarks/step_search.py --large --compare current former-stage   # n = 2000
     python benchmarks/step_search.py --large --runs   # each EP run of the n = 2000 fits
     python benchmarks/step_search.py --fallback
+    python benchmarks/step_search.py --residuals   # and --large xor10,xor20,...,smooth30
 """
 
 from __future__ import annotations
@@ -93,6 +105,9 @@ VARIANTS = (
     "last-warm",
     "nearest-warm",
     "first-restarts",
+    "no-early-stops",
+    "no-divergence",
+    "no-probe-patience",
 )
 
 
@@ -231,6 +246,12 @@ def variant(name, runs, lengths=None):
     elif name == "former-stage":
         stage = strategy.AcceleratedStage(memory=5, warmup=20)
         _change_auto(strategy, lambda chosen: dataclasses.replace(chosen, accelerated=stage))
+    elif name in ("no-early-stops", "no-divergence", "no-probe-patience"):
+        off = {"no-early-stops": {"divergence": None, "probe_start_patience": None},
+               "no-divergence": {"divergence": None},
+               "no-probe-patience": {"probe_start_patience": None}}[name]  # fmt: skip
+        _change_auto(strategy, lambda chosen: dataclasses.replace(
+            chosen, accelerated=dataclasses.replace(chosen.accelerated, **off)))  # fmt: skip
     elif name == "no-probes":
         probing = strategy.InferenceStrategy.search_stages
 
@@ -352,6 +373,93 @@ def fallback():
             print("| " + " | ".join(str(v) for v in row) + " |", flush=True)
 
 
+def residual_traces(large=False):
+    """Every run of stage "accelerated" in the fits as ``no-early-stops``: a list of dicts
+    with the run's residuals (its start's first), warm-up, status, and whether it was a
+    probe's run (no restarts in a search evaluation) from a warm start."""
+    from robustep.ep import accelerated, chain
+
+    traces, probe = [], [False]
+    run_engine, iterate = chain.accelerated_expectation_propagation, accelerated._iterate
+
+    def tagged_engine(*args, **kwargs):
+        probe[0] = kwargs.get("restarts") == 0
+        return run_engine(*args, **kwargs)
+
+    def recorded_iterate(ctx, ev, memory, warmup, window, damping, stops):
+        first, start = ctx.n_iter, ev.residual
+        out, status = iterate(ctx, ev, memory, warmup, window, damping, stops)
+        traces.append(dict(residuals=[start, *ctx.history["residual"][first:]],
+                           warmup=warmup, status=status,
+                           warm_probe=probe[0] and warmup == 0))  # fmt: skip
+        return out, status
+
+    chain.accelerated_expectation_propagation = tagged_engine
+    accelerated._iterate = recorded_iterate
+    try:
+        run("no-early-stops", verbose=large, large=large)
+    finally:
+        chain.accelerated_expectation_propagation = run_engine
+        accelerated._iterate = iterate
+    return traces
+
+
+def _worst_rise(trace):
+    """The largest residual after the warm-up of ``trace`` over the smallest before it
+    since the warm-up ended (the divergence rule's ratio), and the first sweep at which
+    each ratio is reached: a list of (sweep, ratio)."""
+    r, w = trace["residuals"], trace["warmup"]
+    if len(r) <= w + 1:
+        return []
+    smallest, out = r[w], []
+    for k in range(w + 1, len(r)):
+        out.append((k, r[k] / smallest))
+        smallest = min(smallest, r[k])
+    return out
+
+
+def _divergence_stop(trace, factor):
+    """The sweep at which the divergence rule with ``factor`` stops ``trace``, or None."""
+    return next((k for k, ratio in _worst_rise(trace) if ratio >= factor), None)
+
+
+def _start_patience_stop(trace, patience):
+    """The sweep at which a start patience stops ``trace`` (a warm probe's), or None."""
+    r = trace["residuals"]
+    if len(r) <= patience or min(r[1 : patience + 1]) < 0.9 * r[0]:
+        return None
+    return patience
+
+
+def residuals(large=False):
+    """The early-stop table of ``--residuals`` (module docstring)."""
+    traces = residual_traces(large)
+    converged = [t for t in traces if t["status"] == "converged"]
+
+    def ratio(t):
+        return max((q for _, q in _worst_rise(t)), default=0.0)
+
+    failed = [t for t in traces if t["status"] != "converged"]
+    swept = sum(len(t["residuals"]) - 1 for t in failed)
+    print(f"\n{len(traces)} runs of stage accelerated: {len(converged)} converged, "
+          f"{len(failed)} failed ({swept} sweeps); largest residual after the warm-up over "
+          f"the smallest before it since the warm-up, in a run that converged: "
+          f"{max(map(ratio, converged), default=0.0):.3g}")  # fmt: skip
+    print("| rule | setting | converged runs stopped | failed runs stopped | sweeps cut |\n|"
+          + "---|" * 5)  # fmt: skip
+    rules = [("divergence", f, traces, _divergence_stop) for f in (5, 10, 20, 50)]
+    probes = [t for t in traces if t["warm_probe"]]
+    rules += [("probe start patience", p, probes, _start_patience_stop) for p in (4, 6, 8, 10)]
+    for name, setting, chosen, stop in rules:
+        cut = [(t, stop(t, setting)) for t in chosen]
+        cut = [(t, k) for t, k in cut if k is not None and k < len(t["residuals"]) - 1]
+        ok = sum(t["status"] == "converged" for t, _ in cut)
+        swept = sum(len(t["residuals"]) - 1 - k for t, k in cut if t["status"] != "converged")
+        print(f"| {name} | {setting} | {ok} of {sum(t['status'] == 'converged' for t in chosen)}"
+              f" | {len(cut) - ok} of {sum(t['status'] != 'converged' for t in chosen)} "
+              f"| {swept} |")  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", default="current", choices=VARIANTS)
@@ -370,8 +478,15 @@ def main(argv=None):
         metavar="CELLS",
         help=f"n = 2000 fits instead of the 42 (minutes each): {LARGE}, or the cells given",
     )
+    parser.add_argument(
+        "--residuals",
+        action="store_true",
+        help="what the early stops of stage accelerated would cut (no-early-stops runs)",
+    )
     args = parser.parse_args(argv)
-    if args.fallback:
+    if args.residuals:
+        residuals(large=args.large)
+    elif args.fallback:
         fallback()
     elif args.compare:
         compare(*args.compare, large=args.large)

@@ -202,7 +202,7 @@ def plus_diagonal(A, d):
     return out
 
 
-def identity_plus_scaled(K, w):
+def identity_plus_scaled(K, w, *, overwrite=False):
     """B = I + diag(w) K diag(w) for symmetric K (n, n) and w (n,), ready for LAPACK.
 
     Returns an (n, n) Fortran-ordered array whose **lower triangle** holds B; the part
@@ -213,10 +213,16 @@ def identity_plus_scaled(K, w):
     (K_ij w_j) w_i on the upper triangle, in row blocks of ``_SCALE_BLOCK_ROWS``, which
     touches about half of the memory of the full product (8.5-9.9 against 13.3-14.8 ms
     at n = 2000; both numbers in docs/derivations/engine_floor.md §6).  K is not
-    modified.
+    modified unless ``overwrite`` (then K must be a C-ordered float64 array, such as a
+    fresh copy of a block, and B is built in its memory: no new (n, n) allocation).
     """
     n = K.shape[0]
-    out = np.empty((n, n))  # C order, so that out.T is Fortran-ordered
+    if overwrite:
+        if not (K.dtype == np.float64 and K.flags.c_contiguous and K.flags.writeable):
+            raise ValueError("overwrite needs a writeable C-ordered float64 K")
+        out = K
+    else:
+        out = np.empty((n, n))  # C order, so that out.T is Fortran-ordered
     for start in range(0, n, _SCALE_BLOCK_ROWS):
         stop = min(n, start + _SCALE_BLOCK_ROWS)
         block = np.multiply(K[start:stop, start:], w[None, start:], out=out[start:stop, start:])

@@ -66,6 +66,13 @@ def test_variants_change_the_search_and_restore_it():
         assert (stage.memory, stage.warmup) == (5, 20)
     stage = InferenceStrategy.auto(100, accelerate=True).accelerated
     assert (stage.memory, stage.warmup) == (10, 10)
+    for name, off in (("no-early-stops", (None, None)), ("no-divergence", (None, 8)),
+                      ("no-probe-patience", (20.0, None))):  # fmt: skip
+        with step_search.variant(name, []):
+            stage = InferenceStrategy.auto(100, accelerate=True).accelerated
+            assert (stage.divergence, stage.probe_start_patience) == off
+    stage = InferenceStrategy.auto(100, accelerate=True).accelerated
+    assert (stage.divergence, stage.probe_start_patience) == (20.0, 8)
     assert chain.search_stages(1e-2).stages == ("accelerated",)
     assert InferenceStrategy.auto(100, tol_units="marginal").tol_units == "marginal"
     assert (_binary_dense.DenseBinaryCore.infer,
@@ -110,3 +117,36 @@ def test_normalised_keeps_the_optimum_and_shortens_the_first_step():
         assert abs(calls[1][0]) == pytest.approx(first_step)
         np.testing.assert_allclose(res.x, [2.0], atol=1e-5)
         assert res.log_evidence == pytest.approx(-5.0, abs=1e-8)
+
+
+def test_early_stop_counts():
+    """The --residuals table's rules on hand-made traces: the divergence ratio counts from
+    the end of the warm-up; the start patience stops a warm probe whose first sweeps are
+    none 10% below its start."""
+    step_search = _module()
+    warm = {"residuals": [1.0, 0.95, 0.97, 0.92, 0.5], "warmup": 0}
+    assert step_search._divergence_stop(warm, 1.02) == 2
+    assert step_search._divergence_stop(warm, 2.0) is None
+    assert step_search._start_patience_stop(warm, 3) == 3
+    assert step_search._start_patience_stop(warm, 4) is None  # 0.5 at the fourth sweep
+    cold = {"residuals": [0.1, 5.0, 40.0, 4.0, 90.0], "warmup": 2}
+    assert step_search._worst_rise(cold) == [(3, 0.1), (4, 22.5)]
+    assert step_search._divergence_stop(cold, 20) == 4
+
+
+def test_residual_traces_of_one_fit(monkeypatch, capsys):
+    """--residuals on one small fit: every run of stage "accelerated" is traced with its
+    start's residual first, the table is printed, and the engine is restored."""
+    from robustep.ep import accelerated, chain
+
+    step_search = _module()
+    monkeypatch.setattr(step_search, "cells", lambda large=False: [("xor", 80, 0.2, 5, 0.2)])
+    saved = (chain.accelerated_expectation_propagation, accelerated._iterate)
+    traces = step_search.residual_traces()
+    assert traces and all(len(t["residuals"]) >= 1 for t in traces)
+    assert any(t["status"] == "converged" for t in traces)
+    assert (chain.accelerated_expectation_propagation, accelerated._iterate) == saved
+    step_search.residuals()
+    out = capsys.readouterr().out
+    assert "runs of stage accelerated" in out and "| divergence | 20 |" in out
+    assert "| probe start patience | 8 |" in out

@@ -150,6 +150,90 @@ def test_search_evaluations_restart_once():
     assert not res.converged and "parallel" not in res.history["phase"]
 
 
+def test_early_stop_rules():
+    """The divergence rule compares each sweep after the warm-up with the smallest residual
+    since the warm-up ended; the start patience stops a run whose first sweeps are none 10%
+    below its start."""
+    from robustep.ep.accelerated import _Stops
+
+    stops = _Stops(20.0, None)
+    # warm-up of 2 sweeps: their residuals (and the start's) do not count
+    assert stops.status([1.0, 5.0], 0.01, 2) is None
+    assert stops.status([1.0, 5.0, 19.0 * 5.0], 0.01, 2) is None
+    assert stops.status([1.0, 5.0, 0.5, 10.0], 0.01, 2) == "diverged"  # 20 x 0.5
+    assert stops.status([1.0, 5.0, 0.5, 9.99], 0.01, 2) is None
+    # no warm-up: the start's residual is the first smallest
+    assert stops.status([25.0], 1.0, 0) == "diverged"
+    # start patience: the third sweep decides
+    stops = _Stops(None, 3)
+    assert stops.status([0.95, 0.92], 1.0, 0) is None
+    assert stops.status([0.95, 0.92, 0.91], 1.0, 0) == "stalled"
+    assert stops.status([0.95, 0.85, 0.91], 1.0, 0) is None
+    assert stops.from_zero().start_patience is None
+    assert _Stops(None, None).status([1e9], 1.0, 0) is None
+    for bad in ((1.0, None), (None, 0), (None, 1.5)):
+        with pytest.raises(ValueError):
+            _Stops(*bad)
+
+
+def test_a_diverging_run_stops_and_is_reported(monkeypatch):
+    """A warm start from a far length-scale (site units, tol 1e-4): the same sweeps as
+    without the rule up to the first residual that reaches the multiple of the smallest
+    before it (the start's included), where the run stops with status "diverged"; by
+    default no rule applies."""
+    from robustep.ep.accelerated import _Stops
+
+    K_far, y = _xor(200, 0.2, 5, ell=0.12)
+    K, _ = _xor(200, 0.2, 5, ell=0.7)
+    lik = NoisyStep(0.2)
+    far = accelerated_expectation_propagation(K_far, y, lik)
+    options = {"init": far, "warm_window": 50, "restarts": 0, "max_iter": 40}
+    free = accelerated_expectation_propagation(K, y, lik, **options)
+    starts, status = [], _Stops.status
+
+    def recorded(self, residuals, start, warmup):
+        starts.append(start)
+        return status(self, residuals, start, warmup)
+
+    monkeypatch.setattr(_Stops, "status", recorded)
+    stopped = accelerated_expectation_propagation(K, y, lik, divergence=3.0, **options)
+    r = [starts[0], *free.history["residual"]]  # the start's residual, then each sweep's
+    k = next(j for j in range(1, len(r)) if r[j] >= 3.0 * min(r[:j]))
+    assert 1 < k < free.n_iter and stopped.n_iter == k
+    assert not stopped.converged and "(diverged)" in stopped.message
+    assert list(stopped.history["residual"]) == r[1 : k + 1]
+    # none of the first two sweeps is 10% below the start: stopped after two
+    assert min(r[1:3]) >= 0.9 * r[0]
+    patient = accelerated_expectation_propagation(K, y, lik, start_patience=2, **options)
+    assert patient.n_iter == 2 and "(stalled)" in patient.message
+
+
+def test_the_chain_passes_the_early_stops(monkeypatch):
+    """AcceleratedStage: divergence 20 for every run of the step chain, start patience 8
+    for a probe's runs only; the chain passes both to the engine."""
+    from robustep.ep import chain
+
+    strategy = InferenceStrategy.auto(1000, accelerate=True)
+    stage = strategy.accelerated
+    assert (stage.divergence, stage.start_patience, stage.probe_start_patience) == (20.0, None, 8)
+    assert strategy.search_stages(1e-2).accelerated.start_patience is None
+    assert strategy.search_stages(1e-2, probe=True).accelerated.start_patience == 8
+    for bad in ({"divergence": 1.0}, {"divergence": "20"}, {"start_patience": 0},
+                {"probe_start_patience": 2.5}):  # fmt: skip
+        with pytest.raises(ValueError):
+            AcceleratedStage(**bad)
+    seen = {}
+
+    def engine(*args, **kwargs):
+        seen.update(kwargs)
+        return accelerated_expectation_propagation(*args, **kwargs)
+
+    monkeypatch.setattr(chain, "accelerated_expectation_propagation", engine)
+    K, y = _xor(60, 0.2, 0, ell=0.5)
+    run_chain(K, y, NoisyStep(0.2), strategy.search_stages(1e-2, probe=True))
+    assert (seen["divergence"], seen["start_patience"], seen["restarts"]) == (20.0, 8, 0)
+
+
 def test_budget_and_hover_rule():
     """``max_factorisations`` ends the run at its latest state, not converged; a run that
     hovers stops after two windows, not at ``max_iter``."""

@@ -33,7 +33,11 @@ Safeguards (the proposal is not a valid site configuration everywhere):
   moves it little);
 * a run stops when its smallest residual over the last ``window`` sweeps is not 10%
   below the smallest over the ``window`` sweeps before (it hovers), as stage ``"damped"``'s
-  trial does (:func:`robustep.ep.chain.hover_callback`), or when it is blocked;
+  trial does (:func:`robustep.ep.chain.hover_callback`), or when it is blocked; with
+  ``divergence``, when a sweep after the warm-up has a residual ``divergence`` times the
+  smallest since the warm-up or more (it diverges), and with ``start_patience``, when a
+  warm-started run's first ``start_patience`` sweeps are none 10% below its starting
+  residual;
 * a warm start whose posterior is invalid keeps its sites with the negative ones halved
   until it is valid; a warm-started run that stops is repeated from zero sites with the
   warm-up, and a run from zero sites that stops is repeated with twice the warm-up and,
@@ -113,6 +117,8 @@ def accelerated_expectation_propagation(
     max_factorisations=None,
     tol_units="sites",
     restarts=2,
+    divergence=None,
+    start_patience=None,
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -134,6 +140,13 @@ def accelerated_expectation_propagation(
     tol_units : "sites" or "marginal", as :func:`robustep.ep.expectation_propagation`.
     restarts : int >= 0, runs from zero sites after a run that stopped (module docstring;
         ``AcceleratedStage.restarts``).
+    divergence : float > 1 or None, a run stops (status "diverged") at a sweep after its
+        warm-up whose residual is at least this multiple of the smallest residual since
+        the warm-up ended (the start's for a run without warm-up; None, the default:
+        never; ``AcceleratedStage.divergence``).
+    start_patience : int >= 1 or None, a run from a warm start stops (status "stalled")
+        when none of its first ``start_patience`` sweeps has a residual 10% below the warm
+        start's (None: never).
 
     Returns
     -------
@@ -153,13 +166,15 @@ def accelerated_expectation_propagation(
     ctx.last, ctx.max_factorisations = ev, max_factorisations
     warm = bool(np.any(ev.precision))
     mem = _Memory(memory)
+    stops = _Stops(divergence, start_patience)
     try:
         # a warm start has its sites' signs and sizes already: no warm-up
         ev, status = _iterate(ctx, ev, mem, 0 if warm else warmup,
-                              warm_window if warm else window, damping)  # fmt: skip
+                              warm_window if warm else window, damping,
+                              stops if warm else stops.from_zero())  # fmt: skip
         heavier, longer = damping, warmup
         for _ in range(int(restarts)):
-            if status not in ("blocked", "stalled"):
+            if status not in ("blocked", "stalled", "diverged"):
                 break
             # the run reached the cavity limits (a cavity precision near zero that every
             # step makes negative) or hovered: again from zero sites; after a run from
@@ -173,7 +188,7 @@ def accelerated_expectation_propagation(
             warm = False
             mem.clear()
             start = _evaluate(ctx, np.zeros(n), np.zeros(n))
-            ev, status = _iterate(ctx, start, mem, longer, window, heavier)
+            ev, status = _iterate(ctx, start, mem, longer, window, heavier, stops.from_zero())
     except _OutOfFactorisations:
         ev, status = ctx.last, "max_factorisations"
     ctx.max_factorisations = None
@@ -199,6 +214,45 @@ def _warm_start(ctx, precision, shift):
             shift[negative] *= 0.5
     n = precision.size
     return _evaluate(ctx, np.zeros(n), np.zeros(n))
+
+
+class _Stops:
+    """The early stops of a run besides the hover rule: ``divergence`` (a multiple of the
+    run's smallest residual, or None) and ``start_patience`` (sweeps, or None; only for a
+    run from a warm start)."""
+
+    def __init__(self, divergence, start_patience):
+        if divergence is not None and not divergence > 1:
+            raise ValueError(f"divergence must be None or a number > 1, got {divergence!r}")
+        if start_patience is not None and not (
+            isinstance(start_patience, (int, np.integer)) and start_patience >= 1
+        ):
+            raise ValueError(
+                f"start_patience must be None or an integer >= 1, got {start_patience!r}"
+            )
+        self.divergence, self.start_patience = divergence, start_patience
+
+    def from_zero(self):
+        """These stops for a run from zero sites (no ``start_patience``)."""
+        return _Stops(self.divergence, None)
+
+    def status(self, residuals, start, warmup):
+        """ "diverged", "stalled" or None for a run whose starting residual is ``start`` and
+        whose sweeps so far have ``residuals``.  The divergence rule compares each sweep
+        after the ``warmup`` with the smallest residual since the warm-up ended (the
+        warm-up's damped sweeps bring the sites to their signs and sizes, and their
+        residuals can grow tenfold in site units)."""
+        if not residuals:
+            return None
+        if self.divergence is not None and len(residuals) > warmup:
+            since = [start, *residuals][warmup:-1]
+            if residuals[-1] >= self.divergence * min(since):
+                return "diverged"
+        patience = self.start_patience
+        if patience is not None and len(residuals) == patience:
+            if not min(residuals) < 0.9 * start:
+                return "stalled"
+        return None
 
 
 def _hovers(residuals, window):
@@ -230,19 +284,25 @@ class _Memory:
         self.x = self.f = None
 
 
-def _iterate(ctx, ev, memory, warmup, window, damping):
+def _iterate(ctx, ev, memory, warmup, window, damping, stops):
     """Sweeps from ``ev`` until convergence, the budget, the hover rule (over this call's
     sweeps after the first ``warmup``, which are damped by ``damping``, as are those that
-    replace a rejected point; status "stalled") or a blocked damped sweep (status
-    "blocked"): (ev, status).  ``memory``: a :class:`_Memory`."""
+    replace a rejected point; status "stalled"), one of ``stops`` (a :class:`_Stops`) or a
+    blocked damped sweep (status "blocked"): (ev, status).  ``memory``: a
+    :class:`_Memory`."""
     step = 1.0 - damping
     first = ctx.n_iter
+    start = ev.residual
     while True:
         status = _stop_status(ctx, ev)
         if status:
             return ev, status
-        if _hovers(ctx.history["residual"][first + warmup :], window):
+        residuals = ctx.history["residual"][first:]
+        if _hovers(residuals[warmup:], window):
             return ev, "stalled"
+        status = stops.status(residuals, start, warmup)
+        if status:
+            return ev, status
         if ctx.n_iter - first < warmup:
             new = None
         else:

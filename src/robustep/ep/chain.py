@@ -209,6 +209,7 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
             window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
             tol=damped_tol, init=init, tol_units=strategy.tol_units,
             max_factorisations=strategy.max_factorisations, restarts=opts.restarts,
+            divergence=opts.divergence, start_patience=opts.start_patience,
         )  # fmt: skip
         res.tol = damped_tol
         total += int(res.n_iter)

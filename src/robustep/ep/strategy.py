@@ -304,6 +304,23 @@ class AcceleratedStage:
         2.1e-4 in log evidence: ``python benchmarks/step_search.py --compare current
         search-restarts-2``); at n = 2000 the searches that try far-off length-scales
         gain most (docs/reliability.md, "Cost of the step classifier").
+    divergence : float > 1 or None
+        A run stops at a sweep after its warm-up whose residual is this multiple of the
+        run's smallest or more (it diverges; None: never); a run from zero sites is then
+        repeated as after a hover (``restarts``).  20: on the 722 runs of the step
+        classifier's 42 fits at n = 200-300 and six fits at n = 2000, no run that
+        converged had a residual more than 9.7 times the smallest before it (after the
+        warm-up), and 17 of the 89 that failed passed 20 times, with 225 sweeps still to
+        go (``python benchmarks/step_search.py --residuals``, and with ``--large``).
+    start_patience : int >= 1 or None
+        A run from a warm start stops when none of its first ``start_patience`` sweeps has
+        a residual 10% below the warm start's (None: never).
+    probe_start_patience : int >= 1 or None
+        The same in a probe (:meth:`InferenceStrategy.search_stages`): 8, so that a far
+        trial point whose residual does not fall is abandoned after 8 sweeps, not after
+        the ``2 * warm_window`` of the hover rule: on the same fits it stops none of the
+        27 probes' warm runs that converged and 4 of the 35 that failed, 51 sweeps
+        before their end (``--residuals``).
 
     On the label-noise step likelihood's 42 fits at n = 200 and 300
     (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;
@@ -320,6 +337,9 @@ class AcceleratedStage:
     warm_window: int = 10
     restarts: int = 2
     search_restarts: int = 1
+    divergence: float | None = 20.0
+    start_patience: int | None = None
+    probe_start_patience: int | None = 8
 
     def __post_init__(self):
         for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1),
@@ -329,6 +349,15 @@ class AcceleratedStage:
                     f"AcceleratedStage.{name} must be an integer >= {low}, "
                     f"got {getattr(self, name)!r}"
                 )
+        for name in ("start_patience", "probe_start_patience"):
+            value = getattr(self, name)
+            if value is not None and not _is_int(value, 1):
+                raise ValueError(
+                    f"AcceleratedStage.{name} must be None or an integer >= 1, got {value!r}"
+                )
+        dv = self.divergence
+        if dv is not None and not (_is_fraction(dv, 1.0, np.inf, False) and dv > 1):
+            raise ValueError(f"AcceleratedStage.divergence must be None or > 1, got {dv!r}")
         if not _is_fraction(self.damping, 0.0, 1.0, False):
             raise ValueError(f"AcceleratedStage.damping must be in [0, 1), got {self.damping!r}")
 
@@ -566,13 +595,17 @@ class InferenceStrategy:
         ``"accelerated"`` makes ``accelerated.search_restarts`` runs from zero sites after a
         run that stopped, none for a ``probe``: an evaluation far from every successful one
         (an optimiser's far trial step), which the search abandons cheaply where it
-        fails.
+        fails (a probe's runs stop also after ``accelerated.probe_start_patience`` sweeps
+        without progress from the warm start).
         """
         stages = tuple(s for s in self.stages if s in ("ep", "accelerated", "damped"))
         if "accelerated" in stages:
             stages = ("accelerated",)
+        stage = self.accelerated
         accelerated = dataclasses.replace(
-            self.accelerated, restarts=0 if probe else self.accelerated.search_restarts
+            stage,
+            restarts=0 if probe else stage.search_restarts,
+            start_patience=stage.probe_start_patience if probe else stage.start_patience,
         )
         return dataclasses.replace(
             self, stages=stages or ("ep",), damped_tol=damped_tol, resume=True,
