@@ -287,11 +287,13 @@ def test_flat_sites_need_no_factorisation_and_give_the_prior():
     np.testing.assert_allclose(SitePosterior(K, np.zeros(6), nu).mean, K @ nu, rtol=1e-12)
 
 
+@pytest.mark.parametrize("case", ["positive", "mixed"])
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])
-def test_site_posterior_independent_of_the_layout_of_K(layout):
-    """The row-block scaling of I + W K W (upper triangle only) reads K in any memory
-    layout and gives the posterior of the C-ordered K."""
-    K, tau, nu = CASES["positive"]
+def test_site_posterior_independent_of_the_layout_of_K(layout, case):
+    """The row-block scaling of I + W K W (upper triangle only) and the in-place blocks of
+    the split factorisation read K in any memory layout and give the posterior of the
+    C-ordered K."""
+    K, tau, nu = CASES[case]
     if layout == "F":
         Kl = np.asfortranarray(K)
     elif layout == "strided":
@@ -368,6 +370,17 @@ def test_identity_plus_scaled_lower_triangle(n):
     L, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=1)
     assert info == 0
     np.testing.assert_allclose(L @ L.T, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+    # overwrite: the same lower triangle, built in K's own memory
+    K1 = K0.copy()
+    B1 = identity_plus_scaled(K1, w, overwrite=True)
+    assert np.shares_memory(B1, K1) and B1.flags.f_contiguous
+    np.testing.assert_array_equal(np.tril(B1), np.tril(ref))
+    frozen = K0.copy()
+    frozen.flags.writeable = False
+    fortran = [np.asfortranarray(K0)] if n > 1 else []  # (a 1 x 1 array is both orders)
+    for bad in [frozen, K0.astype(np.float32), *fortran]:
+        with pytest.raises(ValueError, match="C-ordered"):
+            identity_plus_scaled(bad, w, overwrite=True)
 
 
 @pytest.mark.parametrize("n", [1, 5, 64, 160, 161, 200, 455])
