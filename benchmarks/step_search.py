@@ -38,7 +38,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``no-divergence``, ``no-probe-patience``, ``no-early-stops``: a run of stage
   "accelerated" does not stop when it diverges (``AcceleratedStage(divergence=None)``),
   a probe's run does not stop for lack of progress from its warm start
-  (``probe_start_patience=None``), or neither.
+  (``probe_start_patience=None``), or neither;
+* ``no-stall``: a search start does not end when its evaluations stall near its best
+  point (``robustep.config(search_stall_evaluations=None)``).
 
 ``--residuals`` runs the 42 fits (with ``--large``, those n = 2000 fits) as
 ``no-early-stops`` and prints, for each run of stage "accelerated" that they make, whether
@@ -108,6 +110,7 @@ VARIANTS = (
     "no-early-stops",
     "no-divergence",
     "no-probe-patience",
+    "no-stall",
 )
 
 
@@ -261,6 +264,8 @@ def variant(name, runs, lengths=None):
         strategy.InferenceStrategy.search_stages = no_probes
     elif name == "first-restarts":
         settings.enter_context(config(search_first_restarts=True))
+    elif name == "no-stall":
+        settings.enter_context(config(search_stall_evaluations=None))
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))

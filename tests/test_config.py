@@ -158,6 +158,9 @@ def test_every_estimator_fit_runs_under_the_blas_limit(monkeypatch, name):
         ("warm_first_max_iter", True),
         ("sparse_first_max_iter", None),
         ("stall_patience", 0),
+        ("search_stall_evaluations", 0),
+        ("search_stall_evaluations", 2.5),
+        ("search_stall_step", -1e-2),
         ("mean_sweep_fraction", -0.1),
         ("mean_sweep_fraction", float("inf")),
     ],
@@ -173,6 +176,7 @@ def test_tuning_defaults():
     assert (s.search_factorisations_per_sweep, s.final_max_iter) == (2, 1000)
     assert (s.warm_first_max_iter, s.sparse_first_max_iter) == (200, 100)
     assert (s.stall_patience, s.mean_sweep_fraction) == (5, 0.3)
+    assert (s.search_stall_evaluations, s.search_stall_step) == (5, 1e-2)
 
 
 def _search_engine_calls(monkeypatch, **settings):

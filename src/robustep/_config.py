@@ -120,6 +120,17 @@ class Settings:
         classifier"; ``python benchmarks/step_search.py --large smooth30 --runs``, with
         and without ``--variant first-restarts``).  The last start's first evaluation
         always makes them.
+    search_stall_evaluations : int >= 1 or None
+        The step classifier's evidence search ends a start when this many successful
+        evaluations in a row lie within ``search_stall_step`` of the start's best point
+        (the largest difference of a log hyperparameter) without raising its log evidence
+        by more than ``search_ftol`` relative: at the search tolerance the step evidence
+        is noisy, and near the optimum L-BFGS-B's line searches failed there for tens of
+        evaluations (``maximise_evidence(stall=...)``; docs/reliability.md, "Cost of the
+        step classifier": ``python benchmarks/step_search.py --compare no-stall
+        current``).  None never does.
+    search_stall_step : float >= 0
+        See ``search_stall_evaluations``.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -204,6 +215,8 @@ class Settings:
     search_fallback_factor: float = 0.25
     search_warm_jump: float | None = 1.0
     search_first_restarts: bool = False
+    search_stall_evaluations: int | None = 5
+    search_stall_step: float = 1e-2
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -245,6 +258,9 @@ class Settings:
         if self.search_warm_jump is not None:
             _check_real("search_warm_jump", self.search_warm_jump, positive=True)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
+        if self.search_stall_evaluations is not None:
+            _check_integer("search_stall_evaluations", self.search_stall_evaluations, 1)
+        _check_real("search_stall_step", self.search_stall_step, positive=False)
         if not isinstance(self.search_first_restarts, bool):
             raise ValueError(
                 f"search_first_restarts must be True or False, got {self.search_first_restarts!r}"

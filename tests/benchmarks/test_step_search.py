@@ -49,6 +49,9 @@ def test_variants_change_the_search_and_restore_it():
         with step_search.variant(name, []):
             assert get_config().search_warm_jump == jump
     assert get_config().search_warm_jump == 1.0
+    with step_search.variant("no-stall", []):
+        assert get_config().search_stall_evaluations is None
+    assert get_config().search_stall_evaluations == 5
     with step_search.variant("no-restarts", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.restarts, stage.search_restarts) == (0, 0)

@@ -16,6 +16,15 @@ from robustep.estimators._search import (
 )
 
 
+def _noisy_xor(n, seed):
+    """n points of an XOR pattern in [-1, 1]^2 with labels +-1, 20% of them flipped."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
+    y[rng.random(n) < 0.2] *= -1
+    return X, y
+
+
 def _quadratic(centre, wall=None):
     """log evidence -|x - centre|^2 (state: x), failing where x[0] > wall."""
     centre = np.asarray(centre, dtype=float)
@@ -466,10 +475,7 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
         return run(*args, search=search, probe=probe, **kwargs)
 
     monkeypatch.setattr(_binary_dense, "run_inference", spy)
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-1.0, 1.0, size=(80, 2))
-    y = np.where(X[:, 0] * X[:, 1] > 0, 1, -1)
-    y[rng.random(80) < 0.2] *= -1
+    X, y = _noisy_xor(80, seed=0)
     GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert flags and flags[0] is True and any(flags[1:])
     for settings in ({"search_first_restarts": True}, {"search_fallback_starts": 0}):
@@ -521,3 +527,73 @@ def test_context_probe_far_points_and_with_first_probes_first_evaluations():
         for first, nxt, gap, probe in seen:
             far = bool(np.isfinite(gap) and gap > 1.0)
             assert probe == (far or (first_probes and first and nxt))
+
+
+def _noisy_bowl(noise):
+    """log evidence -(x - 0.3)^2 plus deterministic noise of size ``noise`` and a gradient
+    with noise of its own (as an evidence computed to a tolerance, whose gradient is not
+    the derivative of its rounding): near the maximum L-BFGS-B's line searches fail."""
+    calls = []
+
+    def evaluate(x, context):
+        calls.append(x.copy())
+        d = float(x[0]) - 0.3
+        value = -d * d + noise * np.sin(1e4 * float(x[0]))
+        grad = -2.0 * d + 1e3 * noise * np.cos(7e3 * float(x[0]))
+        return Evaluation(value, np.array([grad]), state=x.copy())
+
+    return evaluate, calls
+
+
+def test_a_stalled_start_ends_at_its_best_point():
+    """With stall=(count, step, rise) a start ends once `count` successes in a row lie
+    within `step` of its best point without raising the best value by more than
+    rise * max(1, |best|); the result is the best point, and the message says why."""
+    evaluate, calls = _noisy_bowl(1e-6)
+    free = maximise_evidence(evaluate, np.zeros(1), [(-5.0, 5.0)], options={"ftol": 1e-15})
+    n_free = len(calls)
+    evaluate, calls = _noisy_bowl(1e-6)
+    res = maximise_evidence(
+        evaluate, np.zeros(1), [(-5.0, 5.0)], options={"ftol": 1e-15}, stall=(3, 1e-2, 1e-4)
+    )
+    assert len(calls) < n_free and "without progress" in res.message
+    np.testing.assert_allclose(res.x, [0.3], atol=1e-2)
+    assert res.log_evidence == max(-((c[0] - 0.3) ** 2) + 1e-6 * np.sin(1e4 * c[0]) for c in calls)
+    assert abs(res.log_evidence - free.log_evidence) < 1e-4
+    # the last `count` evaluations lie within the step of the best point
+    assert all(abs(c[0] - res.x[0]) <= 1e-2 for c in calls[-3:])
+    # without noise and far from the maximum nothing stalls: the plain search
+    evaluate, _ = _quadratic([2.0])
+    res = maximise_evidence(evaluate, np.zeros(1), [(-5.0, 5.0)], stall=(3, 1e-2, 1e-4))
+    np.testing.assert_allclose(res.x, [2.0], atol=1e-6)
+    for bad in ((0, 1e-2, 1e-4), (2.5, 1e-2, 1e-4), (3, -1.0, 1e-4), (3, 1e-2, -1.0)):
+        with pytest.raises(ValueError, match="stall"):
+            maximise_evidence(evaluate, np.zeros(1), [(-5.0, 5.0)], stall=bad)
+
+
+def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
+    """The step classifier's search passes stall=(search_stall_evaluations,
+    search_stall_step, search_ftol) to maximise_evidence with L-BFGS-B, none with a
+    user's optimizer or with search_stall_evaluations=None; other likelihoods none."""
+    from robustep import GPClassifier, config
+    from robustep.estimators import _binary_dense
+
+    seen = []
+    search = _binary_dense.maximise_evidence
+
+    def spy(*args, stall=None, **kwargs):
+        seen.append(stall)
+        return search(*args, stall=stall, **kwargs)
+
+    monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
+    X, y = _noisy_xor(60, seed=1)
+    GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    with config(search_stall_evaluations=None):
+        GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+
+    def few_steps(obj_func, initial_theta, bounds):
+        return initial_theta, obj_func(initial_theta, eval_gradient=False)
+
+    GPClassifier(likelihood="step", label_noise=0.2, optimizer=few_steps).fit(X, y)
+    GPClassifier().fit(X, y)
+    assert seen == [(5, 1e-2, 1e-6), None, None, None]

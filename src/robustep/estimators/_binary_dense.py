@@ -253,7 +253,7 @@ class DenseBinaryCore(BinaryCore):
         bounds = self.kernel.bounds
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
-        options = warm_jump = None
+        options = warm_jump = stall = None
         first_probes = False
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
@@ -265,6 +265,12 @@ class DenseBinaryCore(BinaryCore):
             # the step evidence at the search tolerance is noisy at SciPy's default ftol
             # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
             options = {"ftol": get_config().search_ftol}
+            # and its failing line searches near the optimum: a start ends when they make
+            # no progress (search_stall_evaluations; not through a user's optimizer)
+            settings = get_config()
+            if settings.search_stall_evaluations and isinstance(params.optimizer, str):
+                stall = (settings.search_stall_evaluations, settings.search_stall_step,
+                         settings.search_ftol)  # fmt: skip
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
         config = get_config()
@@ -275,6 +281,7 @@ class DenseBinaryCore(BinaryCore):
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
             warm_of=lambda state: self.warm_state(state[0]), options=options,
             fallback_starts=fallbacks, warm_jump=warm_jump, first_probes=first_probes,
+            stall=stall,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):

@@ -227,6 +227,7 @@ def maximise_evidence(
     retry: bool = True,
     warm_jump: float | None = None,
     first_probes: bool = False,
+    stall: tuple[int, float, float] | None = None,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -259,6 +260,12 @@ def maximise_evidence(
         kept, so ``warm_of`` should return a light state.
     first_probes : a start's first evaluation is a probe (``EvaluationContext.probe``)
         while another start would follow its failure.
+    stall : None, or (count, step, rise): a start ends when ``count`` successful
+        evaluations in a row lie within ``step`` of the start's best point (largest
+        coordinate difference) without raising its log evidence by more than
+        ``rise * max(1, |best|)``: the optimiser is chasing the noise of an evidence
+        computed to a search tolerance (L-BFGS-B's failing line searches), and the best
+        point is kept.
 
     Returns
     -------
@@ -270,10 +277,16 @@ def maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
-                first_probes=first_probes,
+                first_probes=first_probes, stall=stall,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
+    if stall is not None:
+        count, step, rise = stall
+        if not (int(count) == count >= 1 and step >= 0 and rise >= 0):
+            raise ValueError(
+                f"stall must be None or (count >= 1, step >= 0, rise >= 0), got {stall!r}"
+            )
     x0 = np.array(x0, dtype=float)
     warm_of = warm_of or (lambda state: state)
     counts = {"evaluations": 0, "failures": 0}
@@ -295,8 +308,9 @@ def maximise_evidence(
         )  # fmt: skip
         best = {"value": -np.inf, "x": None, "warm": None}
         done = []  # with warm_jump: (x, warm start) of this start's successes
+        still = [0]  # with stall: successes in a row near the best point without progress
 
-        def objective(x, context=context, best=best, done=done):
+        def objective(x, context=context, best=best, done=done, still=still):
             counts["evaluations"] += 1
             last = context.warm
             if done:
@@ -329,16 +343,28 @@ def maximise_evidence(
             context.fallback_next = False
             if warm_jump is not None:
                 done.append((np.array(x, dtype=float), context.warm))
+            if stall is not None:
+                still[0] = still[0] + 1 if _stalls(stall, best, x, value) else 0
             if value > best["value"]:
                 best.update(value=value, x=np.array(x, dtype=float), warm=context.warm)
             if value > overall["value"]:
                 overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
             _log(verbose, counts, value, started)
+            if stall is not None and still[0] >= stall[0]:
+                raise _Stalled
             return -value, -grad
 
-        x_opt, f_opt, message = minimise(
-            optimizer, objective, start, bounds, options=options, callable_bounds=callable_bounds
-        )
+        try:
+            x_opt, f_opt, message = minimise(
+                optimizer, objective, start, bounds, options=options,
+                callable_bounds=callable_bounds,
+            )  # fmt: skip
+        except _Stalled:
+            x_opt, f_opt = best["x"], -best["value"]
+            message = (
+                f"stopped after {stall[0]} evaluations in a row within {stall[1]:g} of the "
+                "best point without progress"
+            )
         messages.append(message)
         if best["x"] is None:  # no evaluation of this start succeeded
             x_opt, f_opt = start, np.inf
@@ -365,6 +391,21 @@ def maximise_evidence(
 
 
 _FAILURES = (np.linalg.LinAlgError, ArithmeticError, ValueError)
+
+
+class _Stalled(Exception):
+    """Raised through the optimiser to end a start that stalls
+    (``maximise_evidence(stall=...)``)."""
+
+
+def _stalls(stall, best, x, value):
+    """Whether a successful evaluation (x, value) lies within ``stall``'s step of the
+    start's best point without raising the best log evidence by more than its rise."""
+    if best["x"] is None:
+        return False
+    _, step, rise = stall
+    near = np.max(np.abs(np.asarray(x, dtype=float) - best["x"]), initial=0.0) <= step
+    return bool(near and value <= best["value"] + rise * max(1.0, abs(best["value"])))
 
 
 def _nearest_warm(done, x, jump):
