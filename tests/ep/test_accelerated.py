@@ -164,6 +164,8 @@ def test_early_stop_rules():
     assert stops.status([1.0, 5.0, 0.5, 9.99], 0.01, 2) is None
     # no warm-up: the start's residual is the first smallest
     assert stops.status([25.0], 1.0, 0) == "diverged"
+    # a start with zero residual (its invalid cavities kept it from converging) is no scale
+    assert stops.status([25.0], 0.0, 0) is None
     # start patience: the third sweep decides
     stops = _Stops(None, 3)
     assert stops.status([0.95, 0.92], 1.0, 0) is None

@@ -245,8 +245,9 @@ class _Stops:
         if not residuals:
             return None
         if self.divergence is not None and len(residuals) > warmup:
-            since = [start, *residuals][warmup:-1]
-            if residuals[-1] >= self.divergence * min(since):
+            smallest = min([start, *residuals][warmup:-1])
+            # (a zero residual with invalid cavities is no scale to diverge from)
+            if smallest > 0 and residuals[-1] >= self.divergence * smallest:
                 return "diverged"
         patience = self.start_patience
         if patience is not None and len(residuals) == patience:
