@@ -40,7 +40,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   a probe's run does not stop for lack of progress from its warm start
   (``probe_start_patience=None``), or neither;
 * ``no-stall``: a search start does not end when its evaluations stall near its best
-  point (``robustep.config(search_stall_evaluations=None)``).
+  point (``robustep.config(search_stall_evaluations=None)``);
+* ``raw-fallback-step``: a fallback start's first step is L-BFGS-B's raw gradient, not at
+  most one unit (``robustep.config(search_fallback_unit_step=False)``).
 
 ``--residuals`` runs the 42 fits (with ``--large``, those n = 2000 fits) as
 ``no-early-stops`` and prints, for each run of stage "accelerated" that they make, whether
@@ -111,6 +113,7 @@ VARIANTS = (
     "no-divergence",
     "no-probe-patience",
     "no-stall",
+    "raw-fallback-step",
 )
 
 
@@ -266,6 +269,8 @@ def variant(name, runs, lengths=None):
         settings.enter_context(config(search_first_restarts=True))
     elif name == "no-stall":
         settings.enter_context(config(search_stall_evaluations=None))
+    elif name == "raw-fallback-step":
+        settings.enter_context(config(search_fallback_unit_step=False))
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))

@@ -177,6 +177,10 @@ def test_tuning_defaults():
     assert (s.warm_first_max_iter, s.sparse_first_max_iter) == (200, 100)
     assert (s.stall_patience, s.mean_sweep_fraction) == (5, 0.3)
     assert (s.search_stall_evaluations, s.search_stall_step) == (5, 1e-2)
+    assert s.search_fallback_unit_step is True
+    with pytest.raises(ValueError, match="search_fallback_unit_step"):
+        with config(search_fallback_unit_step=1):
+            pass
 
 
 def _search_engine_calls(monkeypatch, **settings):

@@ -131,6 +131,15 @@ class Settings:
         current``).  None never does.
     search_stall_step : float >= 0
         See ``search_stall_evaluations``.
+    search_fallback_unit_step : bool
+        Whether the step classifier's search from a fallback start (``search_fallback_starts``)
+        takes a first step of at most one unit of a log hyperparameter: its optimiser sees
+        the evidence divided by the largest entry of the first gradient
+        (``maximise_evidence(fallback_unit_step=True)``).  From the fallback starts the
+        evidence is steep, and L-BFGS-B's first step, the raw gradient, landed on the
+        length-scale's bound (10⁵) and then on other far points where EP fails
+        (docs/reliability.md, "Cost of the step classifier": ``python
+        benchmarks/step_search.py --compare raw-fallback-step current``).
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -217,6 +226,7 @@ class Settings:
     search_first_restarts: bool = False
     search_stall_evaluations: int | None = 5
     search_stall_step: float = 1e-2
+    search_fallback_unit_step: bool = True
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -261,6 +271,11 @@ class Settings:
         if self.search_stall_evaluations is not None:
             _check_integer("search_stall_evaluations", self.search_stall_evaluations, 1)
         _check_real("search_stall_step", self.search_stall_step, positive=False)
+        if not isinstance(self.search_fallback_unit_step, bool):
+            raise ValueError(
+                "search_fallback_unit_step must be True or False, "
+                f"got {self.search_fallback_unit_step!r}"
+            )
         if not isinstance(self.search_first_restarts, bool):
             raise ValueError(
                 f"search_first_restarts must be True or False, got {self.search_first_restarts!r}"

@@ -52,6 +52,9 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("no-stall", []):
         assert get_config().search_stall_evaluations is None
     assert get_config().search_stall_evaluations == 5
+    with step_search.variant("raw-fallback-step", []):
+        assert get_config().search_fallback_unit_step is False
+    assert get_config().search_fallback_unit_step is True
     with step_search.variant("no-restarts", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.restarts, stage.search_restarts) == (0, 0)

@@ -573,17 +573,18 @@ def test_a_stalled_start_ends_at_its_best_point():
 
 def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     """The step classifier's search passes stall=(search_stall_evaluations,
-    search_stall_step, search_ftol) to maximise_evidence with L-BFGS-B, none with a
-    user's optimizer or with search_stall_evaluations=None; other likelihoods none."""
+    search_stall_step, search_ftol) and fallback_unit_step=True to maximise_evidence with
+    L-BFGS-B, neither with a user's optimizer, no stall with
+    search_stall_evaluations=None; other likelihoods neither."""
     from robustep import GPClassifier, config
     from robustep.estimators import _binary_dense
 
     seen = []
     search = _binary_dense.maximise_evidence
 
-    def spy(*args, stall=None, **kwargs):
-        seen.append(stall)
-        return search(*args, stall=stall, **kwargs)
+    def spy(*args, stall=None, fallback_unit_step=False, **kwargs):
+        seen.append((stall, fallback_unit_step))
+        return search(*args, stall=stall, fallback_unit_step=fallback_unit_step, **kwargs)
 
     monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
     X, y = _noisy_xor(60, seed=1)
@@ -596,4 +597,33 @@ def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
 
     GPClassifier(likelihood="step", label_noise=0.2, optimizer=few_steps).fit(X, y)
     GPClassifier().fit(X, y)
-    assert seen == [(5, 1e-2, 1e-6), None, None, None]
+    assert seen == [((5, 1e-2, 1e-6), True), (None, True), (None, False), (None, False)]
+
+
+def test_a_fallback_start_takes_a_unit_first_step():
+    """fallback_unit_step: the first start fails (inference fails for x > 0.5, where it
+    starts); the fallback start's optimiser sees the objective scaled by its first
+    gradient, so L-BFGS-B's first trial is at most one unit away (40 without), and the
+    search ends at the same maximum with the evidence on its own scale."""
+    for unit, first_step in ((False, 40.0), (True, 1.0)):
+        calls = []
+
+        def steep(x, context, calls=calls):
+            calls.append(x.copy())
+            if x[0] > 0.5:
+                raise EvaluationFailed("inference did not converge")
+            d = x[0] + 2.0
+            return Evaluation(-10.0 * d * d - 5.0, np.array([-20.0 * d]), state=x.copy())
+
+        res = maximise_evidence(
+            steep, np.ones(1), [(-100.0, 100.0)], fallback_starts=[np.zeros(1)],
+            fallback_unit_step=unit,
+        )  # fmt: skip
+        assert calls[0][0] == 1.0 and calls[1][0] == 0.0 and res.n_starts == 2
+        assert abs(calls[2][0] - calls[1][0]) == pytest.approx(first_step)
+        np.testing.assert_allclose(res.x, [-2.0], atol=1e-5)
+        assert res.log_evidence == pytest.approx(-5.0, abs=1e-8)
+    # a regular start is not scaled
+    evaluate, calls = _quadratic([30.0])
+    maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], fallback_unit_step=True)
+    assert calls[1][0][0] == pytest.approx(60.0)

@@ -254,7 +254,7 @@ class DenseBinaryCore(BinaryCore):
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
         options = warm_jump = stall = None
-        first_probes = False
+        first_probes = unit_step = False
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
@@ -271,6 +271,9 @@ class DenseBinaryCore(BinaryCore):
             if settings.search_stall_evaluations and isinstance(params.optimizer, str):
                 stall = (settings.search_stall_evaluations, settings.search_stall_step,
                          settings.search_ftol)  # fmt: skip
+            # from a fallback start the raw first step lands on a bound where EP fails
+            # (L-BFGS-B's; a user's optimizer sees the evidence unscaled)
+            unit_step = settings.search_fallback_unit_step and isinstance(params.optimizer, str)
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
         config = get_config()
@@ -281,7 +284,7 @@ class DenseBinaryCore(BinaryCore):
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
             warm_of=lambda state: self.warm_state(state[0]), options=options,
             fallback_starts=fallbacks, warm_jump=warm_jump, first_probes=first_probes,
-            stall=stall,
+            stall=stall, fallback_unit_step=unit_step,
         )  # fmt: skip
 
     def finite_or_prior(self, res, prior):

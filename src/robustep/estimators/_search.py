@@ -228,6 +228,7 @@ def maximise_evidence(
     warm_jump: float | None = None,
     first_probes: bool = False,
     stall: tuple[int, float, float] | None = None,
+    fallback_unit_step: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -266,6 +267,11 @@ def maximise_evidence(
         ``rise * max(1, |best|)``: the optimiser is chasing the noise of an evidence
         computed to a search tolerance (L-BFGS-B's failing line searches), and the best
         point is kept.
+    fallback_unit_step : a fallback start's optimiser sees the objective divided by the
+        largest entry of its first gradient (at least 1): the same stationary points, and
+        L-BFGS-B's first step, the raw gradient where every coordinate is bounded, at most
+        one unit long.  Inference failed at the first start; from a fallback start the
+        evidence is steep and the raw step lands on a bound, where it fails too.
 
     Returns
     -------
@@ -278,6 +284,7 @@ def maximise_evidence(
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
                 first_probes=first_probes, stall=stall,
+                fallback_unit_step=fallback_unit_step,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
@@ -354,11 +361,15 @@ def maximise_evidence(
                 raise _Stalled
             return -value, -grad
 
+        scale = [1.0]
+        if fallback_unit_step and index >= n_regular:
+            objective = _unit_first_step(objective, scale)
         try:
             x_opt, f_opt, message = minimise(
                 optimizer, objective, start, bounds, options=options,
                 callable_bounds=callable_bounds,
             )  # fmt: skip
+            f_opt = f_opt / scale[0]
         except _Stalled:
             x_opt, f_opt = best["x"], -best["value"]
             message = (
@@ -396,6 +407,21 @@ _FAILURES = (np.linalg.LinAlgError, ArithmeticError, ValueError)
 class _Stalled(Exception):
     """Raised through the optimiser to end a start that stalls
     (``maximise_evidence(stall=...)``)."""
+
+
+def _unit_first_step(objective, scale):
+    """``objective`` divided by ``scale[0]``, set at the first call to 1 / max(1, largest
+    entry of the gradient) (``maximise_evidence(fallback_unit_step=True)``)."""
+    first = [True]
+
+    def scaled(x):
+        value, grad = objective(x)
+        if first[0]:
+            first[0] = False
+            scale[0] = 1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0)))
+        return value * scale[0], np.asarray(grad) * scale[0]
+
+    return scaled
 
 
 def _stalls(stall, best, x, value):
