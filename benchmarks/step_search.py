@@ -51,6 +51,8 @@ settings: the divergence rule (a residual after the warm-up at least F times the
 since the warm-up ended), and the probes' start patience (none of a warm-started probe's first P
 sweeps 10% below its starting residual).
 
+Variants combine with ``+`` (``--variant raw-fallback-step+no-early-stops``).
+
 ``--large`` runs the two n = 2000 fits of docs/reliability.md (XOR with 20% flips and the
 smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` other
 n = 2000 cells with eps equal to the flip rate, seed 5, named boundary and percentage
@@ -153,21 +155,18 @@ def cells(large=False):
 
 def normalised(minimise):
     """``minimise`` (``robustep.estimators._optimizer.minimise``) on the objective divided by
-    the largest entry of its gradient at the start (at least 1): the same stationary
+    the largest entry of its gradient at the start (at least 1), as the library does for a
+    fallback start (``maximise_evidence(fallback_unit_step=True)``): the same stationary
     points, and L-BFGS-B's first step (the raw gradient, where every coordinate is
     bounded) at most one unit long in each coordinate; the value it returns is rescaled."""
+    from robustep.estimators._search import _unit_first_step
 
     def scaled_minimise(optimizer, objective, x0, bounds, **kwargs):
-        scale = []
-
-        def scaled(x):
-            value, grad = objective(x)
-            if not scale:
-                scale.append(1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0))))
-            return value * scale[0], np.asarray(grad) * scale[0]
-
-        x, value, message = minimise(optimizer, scaled, x0, bounds, **kwargs)
-        return x, value / scale[0] if scale else value, message
+        scale = [1.0]
+        x, value, message = minimise(
+            optimizer, _unit_first_step(objective, scale), x0, bounds, **kwargs
+        )
+        return x, value / scale[0], message
 
     return scaled_minimise
 
@@ -191,6 +190,14 @@ def variant(name, runs, lengths=None):
     from robustep.ep import accelerated, strategy
     from robustep.estimators import _binary_dense, _search
 
+    if "+" in name:  # several variants at once: the first records, the others only change
+        first, *others = name.split("+")
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(variant(first, runs, lengths))
+            for other in others:
+                stack.enter_context(variant(other, []))
+            yield
+        return
     if name not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
     core = _binary_dense.DenseBinaryCore
@@ -472,8 +479,10 @@ def residuals(large=False):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", default="current", choices=VARIANTS)
-    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), choices=VARIANTS)
+    parser.add_argument(
+        "--variant", default="current", help=f"one of {', '.join(VARIANTS)}, or several joined by +"
+    )
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two variants")
     parser.add_argument("--fallback", action="store_true", help="the fallback starts' cells")
     parser.add_argument(
         "--runs",

@@ -55,6 +55,13 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("raw-fallback-step", []):
         assert get_config().search_fallback_unit_step is False
     assert get_config().search_fallback_unit_step is True
+    with step_search.variant("raw-fallback-step+no-stall", []):  # variants combine
+        settings = get_config()
+        assert not settings.search_fallback_unit_step and settings.search_stall_evaluations is None
+    assert get_config().search_stall_evaluations == 5 and get_config().search_fallback_unit_step
+    with pytest.raises(ValueError, match="variant"), step_search.variant("no-stall+nope", []):
+        pass
+    assert get_config().search_stall_evaluations == 5
     with step_search.variant("no-restarts", []):
         stage = InferenceStrategy.auto(100, accelerate=True).accelerated
         assert (stage.restarts, stage.search_restarts) == (0, 0)

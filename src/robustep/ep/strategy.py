@@ -307,10 +307,10 @@ class AcceleratedStage:
     divergence : float > 1 or None
         A run stops at a sweep after its warm-up whose residual is this multiple of the
         run's smallest or more (it diverges; None: never); a run from zero sites is then
-        repeated as after a hover (``restarts``).  20: on the 722 runs of the step
+        repeated as after a hover (``restarts``).  20: on the 547 runs of the step
         classifier's 42 fits at n = 200-300 and six fits at n = 2000, no run that
         converged had a residual more than 9.7 times the smallest before it (after the
-        warm-up), and 17 of the 89 that failed passed 20 times, with 225 sweeps still to
+        warm-up), and 9 of the 66 that failed passed 20 times, with 181 sweeps still to
         go (``python benchmarks/step_search.py --residuals``, and with ``--large``).
     start_patience : int >= 1 or None
         A run from a warm start stops when none of its first ``start_patience`` sweeps has
@@ -319,8 +319,8 @@ class AcceleratedStage:
         The same in a probe (:meth:`InferenceStrategy.search_stages`): 8, so that a far
         trial point whose residual does not fall is abandoned after 8 sweeps, not after
         the ``2 * warm_window`` of the hover rule: on the same fits it stops none of the
-        27 probes' warm runs that converged and 4 of the 35 that failed, 51 sweeps
-        before their end (``--residuals``).
+        25 probes' warm runs that converged and 1 of the 14 that failed, 12 sweeps
+        before its end (``--residuals``).
 
     On the label-noise step likelihood's 42 fits at n = 200 and 300
     (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;

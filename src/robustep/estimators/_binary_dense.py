@@ -253,32 +253,31 @@ class DenseBinaryCore(BinaryCore):
         bounds = self.kernel.bounds
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
+        settings = get_config()
         options = warm_jump = stall = None
         first_probes = unit_step = False
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
-            warm_jump = get_config().search_warm_jump
+            warm_jump = settings.search_warm_jump
             # a start's first evaluation, where a fallback start follows its failure, is
             # a probe too (search_first_restarts)
-            first_probes = not get_config().search_first_restarts
+            first_probes = not settings.search_first_restarts
             # the step evidence at the search tolerance is noisy at SciPy's default ftol
             # (2.2e-9): the last line searches chase rounding (docs/reliability.md)
-            options = {"ftol": get_config().search_ftol}
+            options = {"ftol": settings.search_ftol}
+            own_optimizer = isinstance(params.optimizer, str)  # a user's sees the plain evidence
             # and its failing line searches near the optimum: a start ends when they make
-            # no progress (search_stall_evaluations; not through a user's optimizer)
-            settings = get_config()
-            if settings.search_stall_evaluations and isinstance(params.optimizer, str):
+            # no progress (search_stall_evaluations)
+            if settings.search_stall_evaluations and own_optimizer:
                 stall = (settings.search_stall_evaluations, settings.search_stall_step,
                          settings.search_ftol)  # fmt: skip
             # from a fallback start the raw first step lands on a bound where EP fails
-            # (L-BFGS-B's; a user's optimizer sees the evidence unscaled)
-            unit_step = settings.search_fallback_unit_step and isinstance(params.optimizer, str)
+            unit_step = settings.search_fallback_unit_step and own_optimizer
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
-        config = get_config()
         fallbacks = shorter_length_scale_starts(
-            self.kernel, config.search_fallback_factor, config.search_fallback_starts
+            self.kernel, settings.search_fallback_factor, settings.search_fallback_starts
         )
         return maximise_evidence(
             evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,

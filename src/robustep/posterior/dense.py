@@ -151,9 +151,7 @@ class DenseSitePosterior(SitePosterior):
             if self._all_positive:
                 B1 = identity_plus_scaled(K, w1)
             else:  # K_PP is a fresh copy: B1 in its memory
-                B1 = identity_plus_scaled(
-                    np.ascontiguousarray(K.take(P, 0).take(P, 1)), w1, overwrite=True
-                )
+                B1 = identity_plus_scaled(K.take(P, 0).take(P, 1), w1, overwrite=True)
             L1, info = lapack.dpotrf(B1, lower=1, clean=True, overwrite_a=1)
         if info != 0:  # cannot happen for tau_P >= 0 unless K is not PSD or not finite
             raise np.linalg.LinAlgError(
@@ -166,16 +164,16 @@ class DenseSitePosterior(SitePosterior):
         self._pred = None  # S L1^-T, built by predict() on first use (all sites positive)
         if not self._all_positive:
             w2 = self._s[N]
-            # Each block is built in one fresh C-ordered copy of K's block and used as
-            # its Fortran-ordered transpose, so that BLAS works in place: G = L1^-1 C
+            # Each block is built in one fresh C-ordered copy of K's block (np.take) and used
+            # as its Fortran-ordered transpose, so that BLAS works in place: G = L1^-1 C
             # with C = W1 K_PN W2 (n_P, n_N), then B2 = I - W2 K_NN W2 + G^T G (lower
             # triangle; G^T G by a symmetric rank-k update, half a product's flops).
-            C_T = np.ascontiguousarray(K.take(N, 0).take(P, 1))
+            C_T = K.take(N, 0).take(P, 1)
             C_T *= w2[:, None]
             C_T *= w1[None, :]
             G = blas.dtrsm(1.0, L1, C_T.T, lower=1, overwrite_b=1)
             self._G = G
-            B2 = np.ascontiguousarray(K.take(N, 0).take(N, 1))
+            B2 = K.take(N, 0).take(N, 1)
             B2 *= w2[:, None]
             B2 *= -w2[None, :]
             if P.size:  # (BLAS rejects the empty G of a configuration with no positive site)
