@@ -42,7 +42,14 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``no-stall``: a search start does not end when its evaluations stall near its best
   point (``robustep.config(search_stall_evaluations=None)``);
 * ``raw-fallback-step``: a fallback start's first step is L-BFGS-B's raw gradient, not at
-  most one unit (``robustep.config(search_fallback_unit_step=False)``).
+  most one unit (``robustep.config(search_fallback_unit_step=False)``);
+* ``retried-plain-proposal``: where stage "accelerated"'s memory holds no residual
+  differences and the plain proposal is invalid, the proposal is evaluated three more times
+  (its "pulls towards the plain proposal", which do not move it), as before the stage
+  tried it once.
+
+Every fit also counts its posterior factorisations (``_Context.count_factorisation``),
+printed in the totals.
 
 ``--residuals`` runs the 42 fits (with ``--large``, those n = 2000 fits) as
 ``no-early-stops`` and prints, for each run of stage "accelerated" that they make, whether
@@ -116,6 +123,7 @@ VARIANTS = (
     "no-probe-patience",
     "no-stall",
     "raw-fallback-step",
+    "retried-plain-proposal",
 )
 
 
@@ -169,6 +177,26 @@ def normalised(minimise):
         return x, value / scale[0], message
 
     return scaled_minimise
+
+
+def retried_plain_proposal(extrapolate):
+    """``extrapolate`` (``robustep.ep.accelerated._extrapolate``) that, where the memory held
+    no residual differences and it returns None, evaluates the plain proposal three more
+    times, as the stage did before it tried an unmovable point once."""
+    from robustep.ep import accelerated
+    from robustep.linalg import InvalidSiteConfiguration
+
+    def retried(ctx, ev, memory):
+        empty = not memory.dF
+        new = extrapolate(ctx, ev, memory)
+        point = (ev.proposal_precision, ev.proposal_shift)
+        if new is None and empty and all(np.all(np.isfinite(p)) for p in point):
+            for _ in range(accelerated._SHRINKS):
+                with contextlib.suppress(InvalidSiteConfiguration):
+                    accelerated._evaluate(ctx, *point)
+        return new
+
+    return retried
 
 
 def _change_auto(strategy, change):
@@ -278,6 +306,9 @@ def variant(name, runs, lengths=None):
         settings.enter_context(config(search_stall_evaluations=None))
     elif name == "raw-fallback-step":
         settings.enter_context(config(search_fallback_unit_step=False))
+    elif name == "retried-plain-proposal":
+        saved[(accelerated, "_extrapolate")] = accelerated._extrapolate
+        accelerated._extrapolate = retried_plain_proposal(accelerated._extrapolate)
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))
@@ -293,17 +324,32 @@ def run(name, verbose=True, large=False, show_runs=False):
     """The 42 fits (or with ``large`` the n = 2000 ones, :func:`cells`) as variant
     ``name``: a list of per-fit dicts; ``show_runs`` prints each fit's EP runs and their
     sweeps."""
+    from robustep.ep import engine
+
     data = _stress().step_noise_data
     fits = []
+    count = engine._Context.count_factorisation
+    factorisations = [0]
+
+    def counted(ctx):
+        factorisations[0] += 1
+        return count(ctx)
+
     for boundary, n, flip, seed, eps in cells(large):
         X, y = data(boundary, n, flip, seed)
         runs, lengths = [], []
-        with variant(name, runs, lengths), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
-            seconds = time.perf_counter() - t0
+        factorisations[0] = 0
+        engine._Context.count_factorisation = counted
+        try:
+            with variant(name, runs, lengths), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = time.perf_counter()
+                est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
+                seconds = time.perf_counter() - t0
+        finally:
+            engine._Context.count_factorisation = count
         fit = dict(cell=(boundary, n, flip, seed, eps), seconds=seconds, runs=runs,
+                   factorisations=factorisations[0],
                    ell=float(est.kernel_.k2.length_scale),
                    lml=float(est.log_marginal_likelihood_value_),
                    method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
@@ -328,7 +374,8 @@ def summary(name, fits):
     by_stage = Counter((r[1], "converged" if r[2] else "failed") for r in search)
     stages = ", ".join(f"{s} {outcome}: {k}" for (s, outcome), k in sorted(by_stage.items()))
     print(f"\n{name}: {len(fits)} fits, {sum(f['seconds'] for f in fits):.1f} s, "
-          f"{sum(r[3] for f in fits for r in f['runs'])} sweeps; "
+          f"{sum(r[3] for f in fits for r in f['runs'])} sweeps, "
+          f"{sum(f['factorisations'] for f in fits)} factorisations; "
           f"{sum(f['method'] == 'accelerated' and f['converged'] for f in fits)} converged "
           f"in stage accelerated")  # fmt: skip
     print(

@@ -310,3 +310,34 @@ def test_a_warm_start_with_an_invalid_posterior_keeps_its_halved_sites():
     warm = accelerated_expectation_propagation(K, y, lik, init=(precision, shift))
     assert warm.converged and warm.history["phase"][0] == "accelerated"
     np.testing.assert_allclose(warm.log_Z, cold.log_Z, rtol=1e-7)
+
+
+def test_an_invalid_plain_proposal_is_evaluated_once(monkeypatch):
+    """With no residual differences in memory the Anderson point is the plain proposal,
+    which pulling towards the proposal does not move: an invalid one costs one
+    factorisation, not four; with differences, the point and its three pulls are tried."""
+    from robustep.ep import accelerated
+    from robustep.ep.engine import _Context, _evaluate
+    from robustep.ep.updates import moment_matching_update
+    from robustep.linalg import InvalidSiteConfiguration
+
+    K, y = _xor(60, 0.2, 1)
+    ctx = _Context(K, y, NoisyStep(0.2), moment_matching_update, 1.0, 0.0, 1e-4, 10, None)
+    ev = _evaluate(ctx, np.zeros(60), np.zeros(60))
+    calls = []
+
+    def invalid(ctx, precision, shift):
+        calls.append(precision.copy())
+        raise InvalidSiteConfiguration("test")
+
+    monkeypatch.setattr(accelerated, "_evaluate", invalid)
+    memory = accelerated._Memory(5)
+    assert accelerated._extrapolate(ctx, ev, memory) is None
+    assert len(calls) == 1
+    np.testing.assert_array_equal(calls[0], ev.proposal_precision)
+    # a second state gives one difference: the Anderson point and its pulls
+    other = _evaluate(ctx, 0.5 * ev.proposal_precision, 0.5 * ev.proposal_shift)
+    calls.clear()
+    assert accelerated._extrapolate(ctx, other, memory) is None
+    assert len(calls) == accelerated._SHRINKS + 1
+    assert len({c.tobytes() for c in calls}) == len(calls)

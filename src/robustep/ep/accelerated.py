@@ -355,7 +355,8 @@ def _extrapolate(ctx, ev, memory):
             gamma = np.zeros(len(dF))
         point = proposal - gamma @ dG
     n = ev.precision.size
-    for _ in range(_SHRINKS + 1):
+    # without differences the point is the plain proposal, which a pull does not move
+    for _ in range(_SHRINKS + 1 if memory.dF else 1):
         if np.all(np.isfinite(point)):
             try:
                 new = _evaluate(ctx, point[:n], point[n:])
