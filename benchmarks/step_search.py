@@ -187,10 +187,9 @@ def retried_plain_proposal(extrapolate):
     from robustep.linalg import InvalidSiteConfiguration
 
     def retried(ctx, ev, memory):
-        empty = not memory.dF
-        new = extrapolate(ctx, ev, memory)
+        new = extrapolate(ctx, ev, memory)  # adds ev's state to the memory first
         point = (ev.proposal_precision, ev.proposal_shift)
-        if new is None and empty and all(np.all(np.isfinite(p)) for p in point):
+        if new is None and not memory.dF and all(np.all(np.isfinite(p)) for p in point):
             for _ in range(accelerated._SHRINKS):
                 with contextlib.suppress(InvalidSiteConfiguration):
                     accelerated._evaluate(ctx, *point)

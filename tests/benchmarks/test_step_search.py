@@ -163,3 +163,55 @@ def test_residual_traces_of_one_fit(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "runs of stage accelerated" in out and "| divergence | 20 |" in out
     assert "| probe start patience | 8 |" in out
+
+
+def test_retried_plain_proposal_variant_evaluates_it_four_times(monkeypatch):
+    """Variant "retried-plain-proposal": with an empty memory and an invalid plain proposal
+    the stage's single evaluation is followed by three more of the same point; with
+    differences in memory nothing is added; the stage's own function is restored."""
+    from sklearn.gaussian_process.kernels import RBF
+
+    from robustep.ep import accelerated
+    from robustep.ep.engine import _Context, _evaluate
+    from robustep.ep.updates import moment_matching_update
+    from robustep.likelihoods import NoisyStep
+    from robustep.linalg import InvalidSiteConfiguration
+    from robustep.posterior import DensePrior
+
+    step_search = _module()
+    X, y = step_search._stress().step_noise_data("xor", 40, 0.2, 5)
+    prior = DensePrior(RBF(1.0)(X) + 1e-8 * np.eye(40), check=False)
+    ctx = _Context(prior, y, NoisyStep(0.2), moment_matching_update, 1.0, 0.0, 1e-4, 10, None)
+    ev = _evaluate(ctx, np.zeros(40), np.zeros(40))
+    other = _evaluate(ctx, 0.5 * ev.proposal_precision, 0.5 * ev.proposal_shift)
+    calls = []
+
+    def invalid(ctx, precision, shift):
+        calls.append(precision.copy())
+        raise InvalidSiteConfiguration("test")
+
+    original = accelerated._extrapolate
+    with step_search.variant("retried-plain-proposal", []):
+        monkeypatch.setattr(accelerated, "_evaluate", invalid)
+        memory = accelerated._Memory(5)
+        assert accelerated._extrapolate(ctx, ev, memory) is None
+        assert len(calls) == 1 + accelerated._SHRINKS
+        assert all(np.array_equal(c, ev.proposal_precision) for c in calls)
+        calls.clear()
+        assert accelerated._extrapolate(ctx, other, memory) is None  # one difference now
+        assert len(calls) == 1 + accelerated._SHRINKS
+        assert len({c.tobytes() for c in calls}) == len(calls)  # the point and its pulls
+    assert accelerated._extrapolate is original
+
+
+def test_run_counts_factorisations(monkeypatch):
+    """run() counts each fit's posterior factorisations (at least one per sweep) and
+    restores the engine's counter."""
+    from robustep.ep import engine
+
+    step_search = _module()
+    monkeypatch.setattr(step_search, "cells", lambda large=False: [("xor", 80, 0.2, 5, 0.2)])
+    count = engine._Context.count_factorisation
+    (fit,) = step_search.run("current", verbose=False)
+    assert engine._Context.count_factorisation is count
+    assert fit["factorisations"] >= sum(sweeps for *_, sweeps in fit["runs"]) > 0
