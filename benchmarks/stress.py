@@ -410,6 +410,17 @@ def _auto_accelerated(max_iter):
     return InferenceStrategy.auto(max_iter, trial_damping=0.5, accelerate=True)
 
 
+def _auto_accelerated_no_after_power(max_iter):
+    """``_auto_accelerated`` without stage "accelerated"'s second run from power EP's fixed
+    point (``AcceleratedStage(after_power=False)``)."""
+    import dataclasses
+
+    strategy = _auto_accelerated(max_iter)
+    return dataclasses.replace(
+        strategy, accelerated=dataclasses.replace(strategy.accelerated, after_power=False)
+    )
+
+
 def _search(max_iter):
     """The chain of a hyperparameter-search evaluation at the default search budgets."""
     from robustep.ep import InferenceStrategy
@@ -428,6 +439,7 @@ STEP_CANDIDATES = {
     "classifier": "classifier",
     "auto trial 0.5": _auto_trial,
     "auto accelerated": _auto_accelerated,
+    "auto accelerated no after-power": _auto_accelerated_no_after_power,
     "search": _search,
     "ep": {},
     "damped 0.8": {"damping": 0.8, "double_loop": False},

@@ -93,3 +93,16 @@ def test_estimators_filter_runs_only_those_cells():
     stress = _stress()
     table, _ = stress.run(quick=True, estimators={"BayesPointMachine"}, methods={"adf"})
     assert set(table) == {("BayesPointMachine", "adf")}
+
+
+def test_step_candidate_without_the_run_after_power():
+    """Candidate "auto accelerated no after-power" is the classifier's step chain with
+    AcceleratedStage.after_power off, and only that changed."""
+    import dataclasses
+
+    stress = _stress()
+    chain = stress.STEP_CANDIDATES["auto accelerated"](100)
+    off = stress.STEP_CANDIDATES["auto accelerated no after-power"](100)
+    assert chain.accelerated.after_power and not off.accelerated.after_power
+    assert dataclasses.replace(off.accelerated, after_power=True) == chain.accelerated
+    assert dataclasses.replace(off, accelerated=chain.accelerated) == chain

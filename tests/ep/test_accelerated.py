@@ -341,3 +341,38 @@ def test_an_invalid_plain_proposal_is_evaluated_once(monkeypatch):
     assert accelerated._extrapolate(ctx, other, memory) is None
     assert len(calls) == accelerated._SHRINKS + 1
     assert len({c.tobytes() for c in calls}) == len(calls)
+
+
+def test_ep_from_power_eps_fixed_point():
+    """AcceleratedStage.after_power: where stage "accelerated" fails from zero sites and
+    stage "power" converges, the stage runs again from power EP's sites; on the
+    misspecified step model (20% flips, label noise 0.1, n = 300, length-scale 0.25) it
+    reaches EP's fixed point there (benchmarks/step_fixed_points.py --n 300): the result
+    is EP's (power 1, converged, a moment-matching residual below tol), reported as
+    "accelerated" after both runs; with after_power=False the chain ends in power EP."""
+    K, y = _xor(300, 0.2, 5, ell=0.25)
+    lik = NoisyStep(0.1)
+    base = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
+    strategy = dataclasses.replace(base, stages=("accelerated", "power"))
+    res = run_chain(K, y, lik, strategy)
+    assert [t[0] for t in res.methods_tried] == ["accelerated", "power", "accelerated"]
+    assert [t[1] for t in res.methods_tried] == [False, True, True]
+    assert res.method_used == "accelerated" and res.converged and res.power == 1.0
+    assert res.n_iter == sum(t[2] for t in res.methods_tried)
+    power = expectation_propagation(K, y, lik, power=0.5, damping=0.5, tol_units="marginal")
+    direct = accelerated_expectation_propagation(
+        K, y, lik, init=(power.site_precision, power.site_shift), tol_units="marginal",
+        restarts=0, divergence=20.0,
+    )  # fmt: skip
+    np.testing.assert_allclose(res.log_Z, direct.log_Z, rtol=1e-10)
+    assert abs(res.log_Z - power.log_Z) > 1e-3  # another approximation's evidence
+    off = dataclasses.replace(
+        strategy, accelerated=dataclasses.replace(strategy.accelerated, after_power=False)
+    )
+    kept = run_chain(K, y, lik, off)
+    assert kept.method_used == "power" and [t[0] for t in kept.methods_tried] == [
+        "accelerated",
+        "power",
+    ]
+    with pytest.raises(TypeError, match="after_power"):
+        AcceleratedStage(after_power="yes")

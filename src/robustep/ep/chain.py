@@ -31,7 +31,10 @@ A strategy may name stage ``"accelerated"`` (:meth:`InferenceStrategy.auto
 <robustep.ep.strategy.InferenceStrategy.auto>` with ``accelerate=True``, the label-noise
 step likelihood's chain, in place of stage 1): parallel EP with Anderson mixing
 (:mod:`robustep.ep.accelerated`), the same fixed points in a fraction of the sweeps,
-stopped when it hovers; it always runs the parallel schedule.
+stopped when it hovers; it always runs the parallel schedule.  Where stage ``"power"``
+then converges, stage ``"accelerated"`` runs once more from power EP's fixed point
+(``AcceleratedStage.after_power``), and where that run converges the result is EP's
+fixed point (``method_used = "accelerated"``; ``methods_tried`` lists both runs).
 
 With ``strategy.resume`` (the evaluations of a classifier's evidence search) and a warm
 start that is a converged result of this chain, the stages before the one it converged in
@@ -201,14 +204,15 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res.n_iter += trial_sweeps
         return res
 
-    def accelerated():  # stage "accelerated": Anderson mixing of parallel EP sweeps
+    def accelerated(start=init, restarts=None):  # stage "accelerated": Anderson mixing
         nonlocal total
         opts = strategy.accelerated
         res = accelerated_expectation_propagation(
             K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
             window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
-            tol=damped_tol, init=init, tol_units=strategy.tol_units,
-            max_factorisations=strategy.max_factorisations, restarts=opts.restarts,
+            tol=damped_tol, init=start, tol_units=strategy.tol_units,
+            max_factorisations=strategy.max_factorisations,
+            restarts=opts.restarts if restarts is None else restarts,
             divergence=opts.divergence, start_patience=opts.start_patience,
         )  # fmt: skip
         res.tol = damped_tol
@@ -251,6 +255,13 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
         results.append((name, res))
+        if res.converged and name == "power" and "accelerated" in strategy.stages:
+            if strategy.accelerated.after_power:
+                # EP's fixed point from power EP's (AcceleratedStage.after_power)
+                ep = accelerated((res.site_precision, res.site_shift), restarts=0)
+                tried.append(("accelerated", bool(ep.converged), int(ep.n_iter), _residual(ep)))
+                if ep.converged:
+                    return _finish(ep, "accelerated", tried, total)
         if res.converged:
             return _finish(res, name, tried, total)
 

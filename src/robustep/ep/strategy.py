@@ -321,6 +321,13 @@ class AcceleratedStage:
         the ``2 * warm_window`` of the hover rule: on the same fits it stops none of the
         25 probes' warm runs that converged and 1 of the 14 that failed, 12 sweeps
         before its end (``--residuals``).
+    after_power : bool
+        Where every EP stage failed and stage ``"power"`` converges, this stage runs once
+        more, from power EP's fixed point (no restarts); where that run converges the
+        chain's result is EP's fixed point (``method_used == "accelerated"``), not power
+        EP's.  Power EP's sites are close to EP's where the two fixed points are near,
+        and on the misspecified label-noise step cells EP converged from them where it
+        failed from zero sites (docs/reliability.md, "Cost of the step classifier").
 
     On the label-noise step likelihood's 42 fits at n = 200 and 300
     (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;
@@ -340,6 +347,7 @@ class AcceleratedStage:
     divergence: float | None = 20.0
     start_patience: int | None = None
     probe_start_patience: int | None = 8
+    after_power: bool = True
 
     def __post_init__(self):
         for name, low in (("memory", 1), ("warmup", 0), ("window", 1), ("warm_window", 1),
@@ -355,6 +363,10 @@ class AcceleratedStage:
                 raise ValueError(
                     f"AcceleratedStage.{name} must be None or an integer >= 1, got {value!r}"
                 )
+        if not isinstance(self.after_power, (bool, np.bool_)):
+            raise TypeError(
+                f"AcceleratedStage.after_power must be True or False, got {self.after_power!r}"
+            )
         dv = self.divergence
         if dv is not None and not (_is_fraction(dv, 1.0, np.inf, False) and dv > 1):
             raise ValueError(f"AcceleratedStage.divergence must be None or > 1, got {dv!r}")

@@ -1,0 +1,139 @@
+"""Where EP finds a fixed point for the misspecified label-noise step classifier.
+
+The data: XOR with 20% flipped labels (``benchmarks/stress.py``'s ``step_noise_data``,
+seed 5), fitted with ``NoisyStep(0.1)``, a label noise below the flip rate, under
+``RBF(ell)`` (the step evidence does not depend on the amplitude).  For each length-scale
+the script runs stage "accelerated" (``accelerated_expectation_propagation`` with the step
+classifier's settings: marginal units, tol 1e-4, divergence 20, two restarts from zero
+sites) from three starts:
+
+* ``zero``: zero sites;
+* ``continuation``: the fixed points at label noise 0.2 and 0.15 in turn, each the next
+  run's start (at 0.2 the model is well specified and EP converges);
+* ``power``: the fixed point of power EP (alpha 0.5, damping 0.5), the chain's last stage.
+
+It prints, per run, whether it converged, its sweeps, its smallest residual, how it ended
+(the engine's message) and the site precisions' range and negative count.  A run that is
+"blocked" sits at the cavity limits: a step in every direction it tries makes a cavity
+improper.  This is evidence about where a fixed point with proper cavities exists, not a
+proof (docs/reliability.md, "Cost of the step classifier").
+
+``--fit K`` instead runs ``GPClassifier(likelihood="step", label_noise=eps)`` with its
+defaults on the same data, but ``K`` fallback starts (``robustep.config(
+search_fallback_starts=K)``; the default is 2), and prints how its search and final fit
+ended.
+
+Usage::
+
+    python benchmarks/step_fixed_points.py                      # n = 2000 (minutes)
+    python benchmarks/step_fixed_points.py --n 300 --lengths 1,0.25,0.0625
+    python benchmarks/step_fixed_points.py --fit 3              # about 10 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.gaussian_process.kernels import RBF
+
+from robustep import GPClassifier, config
+from robustep.ep import expectation_propagation
+from robustep.ep.accelerated import accelerated_expectation_propagation
+from robustep.likelihoods import NoisyStep
+
+#: stage "accelerated" as the step classifier's chain runs it in a final fit
+SETTINGS = dict(tol=1e-4, tol_units="marginal", restarts=2, divergence=20.0)
+
+
+def _stress():
+    path = Path(__file__).resolve().parent / "stress.py"
+    spec = importlib.util.spec_from_file_location("_stress_step_fixed_points", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def accelerated(K, y, eps, init=None):
+    return accelerated_expectation_propagation(K, y, NoisyStep(eps), init=init, **SETTINGS)
+
+
+def runs(K, y, eps):
+    """(start, EPResult, sweeps before the last run) for the three starts."""
+    yield "zero", accelerated(K, y, eps), 0
+    previous, sweeps = None, 0
+    for step in (0.2, 0.15):
+        res = accelerated(K, y, step, previous)
+        sweeps += res.n_iter
+        if not res.converged:
+            yield f"continuation (failed at {step:g})", res, sweeps
+            break
+        previous = (res.site_precision, res.site_shift)
+    else:
+        yield "continuation", accelerated(K, y, eps, previous), sweeps
+    power = expectation_propagation(K, y, NoisyStep(eps), power=0.5, damping=0.5, tol=1e-4,
+                                    tol_units="marginal")  # fmt: skip
+    start = (power.site_precision, power.site_shift) if power.converged else None
+    yield (
+        "power" + ("" if power.converged else " (did not converge)"),
+        accelerated(K, y, eps, start),
+        power.n_iter,
+    )
+
+
+def fit(X, y, eps, fallback_starts):
+    """The default step fit with ``fallback_starts`` fallback starts: a one-line summary."""
+    with (
+        config(search_fallback_starts=fallback_starts),
+        warnings.catch_warnings(record=True) as seen,
+    ):
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
+        seconds = time.perf_counter() - t0
+    search = est.optimizer_result_
+    return (
+        f"{fallback_starts} fallback starts: {seconds:.0f} s; search: {search.n_evaluations} "
+        f"evaluations ({search.n_failures} failed), {search.n_starts} starts, length-scale "
+        f"{float(np.exp(search.x[-1])):.3g}, log evidence {search.log_evidence:.2f}; final fit: "
+        f"converged_ {est.converged_}, method_used_ {est.method_used_}, "
+        f"{sum(w.category.__name__ == 'ConvergenceWarning' for w in seen)} ConvergenceWarning"
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--lengths", default="1,0.25,0.0625,0.03,0.0156")
+    parser.add_argument("--eps", type=float, default=0.1)
+    parser.add_argument("--fit", type=int, metavar="K", help="the default fit, K fallback starts")
+    args = parser.parse_args(argv)
+    X, y = _stress().step_noise_data("xor", args.n, 0.2, 5)
+    if args.fit is not None:
+        print(fit(X, y, args.eps, args.fit))
+        return
+    print(f"XOR, 20% flips, n = {args.n}, seed 5, NoisyStep({args.eps:g})\n")
+    print("| length-scale | start | converged | sweeps (before) | smallest residual | how it "
+          "ended | site precisions | negative sites | log Z | s |\n|" + "---|" * 10)  # fmt: skip
+    for ell in (float(v) for v in args.lengths.split(",")):
+        K = RBF(ell)(X)
+        K[np.diag_indices_from(K)] += 1e-8
+        t0 = time.perf_counter()
+        for start, res, before in runs(K, y, args.eps):
+            ended = "converged" if res.converged else res.message.split("(")[1].split(")")[0]
+            print(f"| {ell:g} | {start} | {res.converged} | {res.n_iter} ({before}) | "
+                  f"{min(res.history['residual']):.2g} | {ended} | "
+                  f"{res.site_precision.min():.3g} to {res.site_precision.max():.3g} | "
+                  f"{int(np.sum(res.site_precision < 0))} | {res.log_Z:.2f} | "
+                  f"{time.perf_counter() - t0:.1f} |", flush=True)  # fmt: skip
+            t0 = time.perf_counter()
+
+
+if __name__ == "__main__":
+    main()
