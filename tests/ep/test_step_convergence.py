@@ -370,3 +370,27 @@ def test_sparse_step_model_keeps_the_amplitude_fixed_in_its_search():
     assert step.kernel_.theta.shape == (1,) and step.optimizer_result_.moved
     probit = GPClassifier(inducing_points=Z, optimize_inducing=False).fit(X, y)
     assert probit.kernel_.theta.shape == (2,)
+
+
+def test_a_stuck_step_search_suggests_a_larger_label_noise():
+    """Where every evaluation of the step classifier's search fails (XOR with 20% flips
+    fitted with label_noise 0.1, no fallback starts), the warning adds the step model's
+    advice; the probit classifier's advice does not carry it."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from robustep import GPClassifier, config
+    from robustep.estimators._binary_dense import SEARCH_ADVICE, STEP_SEARCH_ADVICE
+
+    stress = load_benchmark("stress", "_stress_step_advice")
+    X, y = stress.step_noise_data("xor", 80, 0.2, 1)
+    with config(search_fallback_starts=0), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    stuck = [str(w.message) for w in seen if issubclass(w.category, ConvergenceWarning)
+             and "evaluations of the evidence search failed" in str(w.message)]  # fmt: skip
+    assert len(stuck) == 1 and "a larger label_noise" in stuck[0]
+    assert est.optimizer_result_.n_failures == est.optimizer_result_.n_evaluations
+    assert est._state.advice == SEARCH_ADVICE + STEP_SEARCH_ADVICE
+    assert GPClassifier().fit(X, y)._state.advice == SEARCH_ADVICE

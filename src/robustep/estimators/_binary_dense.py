@@ -49,6 +49,14 @@ SEARCH_ADVICE = (
     "pass another starting kernel, set n_restarts_optimizer > 0 (with finite kernel bounds) "
     "or try method='power'"
 )
+#: added for the label-noise step likelihood, whose EP fixed points can be missing at the
+#: longer length-scales when label_noise is below the share of flipped labels
+#: (docs/reliability.md, "Cost of the step classifier": benchmarks/step_fixed_points.py)
+STEP_SEARCH_ADVICE = (
+    "; with likelihood='step', a label_noise below the share of mislabelled points can "
+    "leave EP without a fixed point at the longer length-scales: a larger label_noise "
+    "may let the search start"
+)
 
 
 def _numpy_kernel_gradient(kernel, X, options):
@@ -342,4 +350,5 @@ def fit_dense(params, X, y, likelihood, kernel, like=None):
     attrs = fitted_attributes(params, res, likelihood, y)
     attrs.update(kernel_=kernel, inducing_points_=None, optimizer_result_=search)
     eps = None if params.likelihood == "probit" else float(params.label_noise)
-    return BinaryFit(kernel, res, attrs, core, eps, params.method, SEARCH_ADVICE)
+    advice = SEARCH_ADVICE if eps is None else SEARCH_ADVICE + STEP_SEARCH_ADVICE
+    return BinaryFit(kernel, res, attrs, core, eps, params.method, advice)
