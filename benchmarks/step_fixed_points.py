@@ -40,15 +40,18 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 
 from robustep import GPClassifier, config
-from robustep.ep import expectation_propagation
+from robustep.ep import InferenceStrategy, expectation_propagation
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.likelihoods import NoisyStep
 
-#: stage "accelerated" as the step classifier's chain runs it in a final fit
-SETTINGS = dict(tol=1e-4, tol_units="marginal", restarts=2, divergence=20.0)
+#: the step classifier's chain, whose stages "accelerated" and "power" the runs use
+STRATEGY = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
+#: the estimator's default tolerance
+TOL = 1e-4
 
 
 def _stress():
@@ -61,7 +64,11 @@ def _stress():
 
 
 def accelerated(K, y, eps, init=None):
-    return accelerated_expectation_propagation(K, y, NoisyStep(eps), init=init, **SETTINGS)
+    """Stage "accelerated" as a final fit runs it, from ``init``."""
+    return accelerated_expectation_propagation(
+        K, y, NoisyStep(eps), init=init, tol=TOL, tol_units=STRATEGY.tol_units,
+        **STRATEGY.accelerated.engine_options(),
+    )  # fmt: skip
 
 
 def runs(K, y, eps):
@@ -77,8 +84,9 @@ def runs(K, y, eps):
         previous = (res.site_precision, res.site_shift)
     else:
         yield "continuation", accelerated(K, y, eps, previous), sweeps
-    power = expectation_propagation(K, y, NoisyStep(eps), power=0.5, damping=0.5, tol=1e-4,
-                                    tol_units="marginal")  # fmt: skip
+    power = expectation_propagation(K, y, NoisyStep(eps), power=STRATEGY.power.power,
+                                    damping=STRATEGY.power.damping, tol=TOL,
+                                    tol_units=STRATEGY.tol_units)  # fmt: skip
     start = (power.site_precision, power.site_shift) if power.converged else None
     yield (
         "power" + ("" if power.converged else " (did not converge)"),
@@ -103,7 +111,7 @@ def fit(X, y, eps, fallback_starts):
         f"evaluations ({search.n_failures} failed), {search.n_starts} starts, length-scale "
         f"{float(np.exp(search.x[-1])):.3g}, log evidence {search.log_evidence:.2f}; final fit: "
         f"converged_ {est.converged_}, method_used_ {est.method_used_}, "
-        f"{sum(w.category.__name__ == 'ConvergenceWarning' for w in seen)} ConvergenceWarning"
+        f"{sum(issubclass(w.category, ConvergenceWarning) for w in seen)} ConvergenceWarning"
     )
 
 

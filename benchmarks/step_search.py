@@ -334,36 +334,42 @@ def run(name, verbose=True, large=False, show_runs=False):
         factorisations[0] += 1
         return count(ctx)
 
-    for boundary, n, flip, seed, eps in cells(large):
-        X, y = data(boundary, n, flip, seed)
-        runs, lengths = [], []
-        factorisations[0] = 0
-        engine._Context.count_factorisation = counted
-        try:
-            with variant(name, runs, lengths), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t0 = time.perf_counter()
-                est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
-                seconds = time.perf_counter() - t0
-        finally:
-            engine._Context.count_factorisation = count
-        fit = dict(cell=(boundary, n, flip, seed, eps), seconds=seconds, runs=runs,
-                   factorisations=factorisations[0],
-                   ell=float(est.kernel_.k2.length_scale),
-                   lml=float(est.log_marginal_likelihood_value_),
-                   method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
-        fits.append(fit)
-        if verbose:
-            print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
-                  f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
-                  f"{fit['method']}, {sum(r[3] for r in runs)} sweeps", flush=True)  # fmt: skip
-            if show_runs:
-                at = iter(lengths)
-                print("    EP runs (length-scale: sweeps): " + ", ".join(
-                    f"{next(at):.3g}: {sweeps}{'' if ok else ' failed'}" if search
-                    else f"final: {sweeps}" for search, _, ok, sweeps in runs),
-                    flush=True)  # fmt: skip
+    engine._Context.count_factorisation = counted
+    try:
+        for cell in cells(large):
+            fits.append(_fit(name, cell, data, factorisations, verbose, show_runs))
+    finally:
+        engine._Context.count_factorisation = count
     return fits
+
+
+def _fit(name, cell, data, factorisations, verbose, show_runs):
+    """One fit of :func:`run`; ``factorisations`` is the counter :func:`run` installed."""
+    boundary, n, flip, seed, eps = cell
+    X, y = data(boundary, n, flip, seed)
+    runs, lengths = [], []
+    factorisations[0] = 0
+    with variant(name, runs, lengths), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
+        seconds = time.perf_counter() - t0
+    fit = dict(cell=(boundary, n, flip, seed, eps), seconds=seconds, runs=runs,
+               factorisations=factorisations[0],
+               ell=float(est.kernel_.k2.length_scale),
+               lml=float(est.log_marginal_likelihood_value_),
+               method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
+    if verbose:
+        print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
+              f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
+              f"{fit['method']}, {sum(r[3] for r in runs)} sweeps", flush=True)  # fmt: skip
+        if show_runs:
+            at = iter(lengths)
+            print("    EP runs (length-scale: sweeps): " + ", ".join(
+                f"{next(at):.3g}: {sweeps}{'' if ok else ' failed'}" if search
+                else f"final: {sweeps}" for search, _, ok, sweeps in runs),
+                flush=True)  # fmt: skip
+    return fit
 
 
 def summary(name, fits):

@@ -348,8 +348,9 @@ def test_ep_from_power_eps_fixed_point():
     stage "power" converges, the stage runs again from power EP's sites; on the
     misspecified step model (20% flips, label noise 0.1, n = 300, length-scale 0.25) it
     reaches EP's fixed point there (benchmarks/step_fixed_points.py --n 300): the result
-    is EP's (power 1, converged, a moment-matching residual below tol), reported as
-    "accelerated" after both runs; with after_power=False the chain ends in power EP."""
+    is EP's (power 1, converged, the evidence of a direct run from power EP's sites, not
+    power EP's), reported as "accelerated" after both runs; with after_power=False the
+    chain ends in power EP."""
     K, y = _xor(300, 0.2, 5, ell=0.25)
     lik = NoisyStep(0.1)
     base = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
@@ -376,3 +377,32 @@ def test_ep_from_power_eps_fixed_point():
     ]
     with pytest.raises(TypeError, match="after_power"):
         AcceleratedStage(after_power="yes")
+
+
+def test_stage_engine_options_are_the_engine_keywords(monkeypatch):
+    """AcceleratedStage.engine_options: each field the engine takes, under its own name;
+    the chain passes them on (a stage with non-default values reaches the engine as set)."""
+    import inspect
+
+    from robustep.ep import chain
+
+    stage = AcceleratedStage(memory=3, warmup=4, damping=0.3, window=7, warm_window=5,
+                             restarts=1, divergence=9.0, start_patience=6)  # fmt: skip
+    options = stage.engine_options()
+    assert options == {"memory": 3, "warmup": 4, "damping": 0.3, "window": 7,
+                       "warm_window": 5, "restarts": 1, "divergence": 9.0,
+                       "start_patience": 6}  # fmt: skip
+    assert set(options) <= set(inspect.signature(accelerated_expectation_propagation).parameters)
+    seen = {}
+
+    def engine(*args, **kwargs):
+        seen.update(kwargs)
+        return accelerated_expectation_propagation(*args, **kwargs)
+
+    K, y = _xor(40, 0.2, 0, ell=0.5)
+    strategy = dataclasses.replace(
+        InferenceStrategy.auto(1000, accelerate=True), stages=("accelerated",), accelerated=stage
+    )
+    monkeypatch.setattr(chain, "accelerated_expectation_propagation", engine)
+    run_chain(K, y, NoisyStep(0.2), strategy)
+    assert {key: seen[key] for key in options} == options

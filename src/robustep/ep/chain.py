@@ -204,16 +204,13 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res.n_iter += trial_sweeps
         return res
 
-    def accelerated(start=init, restarts=None):  # stage "accelerated": Anderson mixing
+    def accelerated(start=init, **overrides):  # stage "accelerated": Anderson mixing
         nonlocal total
-        opts = strategy.accelerated
+        options = {**strategy.accelerated.engine_options(), **overrides}
         res = accelerated_expectation_propagation(
-            K, y, likelihood, memory=opts.memory, warmup=opts.warmup, damping=opts.damping,
-            window=opts.window, warm_window=opts.warm_window, max_iter=max_iter,
-            tol=damped_tol, init=start, tol_units=strategy.tol_units,
-            max_factorisations=strategy.max_factorisations,
-            restarts=opts.restarts if restarts is None else restarts,
-            divergence=opts.divergence, start_patience=opts.start_patience,
+            K, y, likelihood, max_iter=max_iter, tol=damped_tol, init=start,
+            tol_units=strategy.tol_units, max_factorisations=strategy.max_factorisations,
+            **options,
         )  # fmt: skip
         res.tol = damped_tol
         total += int(res.n_iter)
@@ -255,13 +252,13 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
         results.append((name, res))
-        if res.converged and name == "power" and "accelerated" in strategy.stages:
-            if strategy.accelerated.after_power:
-                # EP's fixed point from power EP's (AcceleratedStage.after_power)
-                ep = accelerated((res.site_precision, res.site_shift), restarts=0)
-                tried.append(("accelerated", bool(ep.converged), int(ep.n_iter), _residual(ep)))
-                if ep.converged:
-                    return _finish(ep, "accelerated", tried, total)
+        after_power = "accelerated" in strategy.stages and strategy.accelerated.after_power
+        if res.converged and name == "power" and after_power:
+            # EP's fixed point from power EP's (AcceleratedStage.after_power)
+            ep = accelerated((res.site_precision, res.site_shift), restarts=0)
+            tried.append(("accelerated", bool(ep.converged), int(ep.n_iter), _residual(ep)))
+            if ep.converged:
+                return _finish(ep, "accelerated", tried, total)
         if res.converged:
             return _finish(res, name, tried, total)
 

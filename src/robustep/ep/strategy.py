@@ -373,6 +373,21 @@ class AcceleratedStage:
         if not _is_fraction(self.damping, 0.0, 1.0, False):
             raise ValueError(f"AcceleratedStage.damping must be in [0, 1), got {self.damping!r}")
 
+    def engine_options(self) -> dict:
+        """Keyword arguments of
+        :func:`robustep.ep.accelerated.accelerated_expectation_propagation` for a final
+        fit's run of this stage (a search's runs take ``search_stages``' copy)."""
+        return {
+            "memory": self.memory,
+            "warmup": self.warmup,
+            "damping": self.damping,
+            "window": self.window,
+            "warm_window": self.warm_window,
+            "restarts": self.restarts,
+            "divergence": self.divergence,
+            "start_patience": self.start_patience,
+        }
+
 
 @dataclasses.dataclass(frozen=True)
 class InferenceStrategy:
