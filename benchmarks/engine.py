@@ -32,8 +32,14 @@ Cholesky time is measured before and after the fits and its median is the unit):
 Goals: the floor <= 15 Cholesky-times; the small fit <= 10 ms, predict_proba
 <= 5 ms.  On a loaded machine the ratios move with the load; compare within one run.
 
+4. With ``--short-length-scales [ELL ...]`` only: the cost of subnormal numbers under
+   short length-scales, with K as the kernel gives it and with its entries below the
+   resolution of its diagonal zeroed (``robustep.linalg.zero_below_resolution``;
+   docs/derivations/engine_floor.md §8).
+
 Usage: python benchmarks/engine.py [--n 2000] [--threads 2] [--repeat 3]
        [--sizes 500 1000 2000 4000] [--student-t]
+       python benchmarks/engine.py --short-length-scales [1 0.05 0.0132]
 """
 
 from __future__ import annotations
@@ -228,6 +234,48 @@ def table(sizes, repeat, threads):
                       f"{res1.n_iter:14d} {subset / chol:6.1f} {conv:>5s}", flush=True)  # fmt: skip
 
 
+def _subnormal(A):
+    A = np.asarray(A)
+    return int(np.count_nonzero((A != 0) & (np.abs(A) < np.finfo(float).tiny)))
+
+
+def resolution(n, lengths, repeat):
+    """Short length-scales (docs/derivations/engine_floor.md §8): per length-scale of an
+    RBF kernel on n points uniform in [-1, 1]^2, the subnormal entries of K and of the
+    Cholesky factor of I + W K W (site precisions uniform in [0.1, 5], a tenth of them
+    -0.3), and the seconds of dpotrf and of a dense site posterior (with negative sites)
+    on K as the kernel gives it and with its entries below the resolution of the diagonal
+    zeroed (``robustep.linalg.zero_below_resolution``); one BLAS thread, medians of
+    ``repeat``."""
+    from robustep.linalg import zero_below_resolution
+    from robustep.posterior.dense import DenseSitePosterior
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    tau = rng.uniform(0.1, 5.0, n)
+    tau[: n // 10] = -0.3
+    nu = rng.normal(size=n)
+    w = np.sqrt(np.abs(tau))
+    print(f"\nshort length-scales (n = {n}, one BLAS thread, median of {repeat}):")
+    print(f"{'ell':>8s} {'K':>8s} {'subnormal: K':>13s} {'factor':>8s} {'dpotrf s':>9s} "
+          f"{'posterior s':>11s}")  # fmt: skip
+    with threadpool_limits(limits=1, user_api="blas"):
+        for ell in lengths:
+            raw = RBF(ell)(X)
+            for name, K in (("as given", raw), ("zeroed", zero_below_resolution(raw.copy()))):
+                B = np.asfortranarray(w[:, None] * K * w[None, :] + np.eye(n))
+                times = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    L, _ = lapack.dpotrf(B, lower=1, clean=1)
+                    t1 = time.perf_counter()
+                    DenseSitePosterior(K, tau, nu)
+                    times.append((t1 - t0, time.perf_counter() - t1))
+                chol, post = np.median(times, axis=0)
+                print(f"{ell:8.4g} {name:>8s} {_subnormal(K):13d} {_subnormal(L):8d} "
+                      f"{chol:9.3f} {post:11.3f}", flush=True)  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -236,7 +284,12 @@ def main(argv=None):
     parser.add_argument("--small-repeat", type=int, default=30)
     parser.add_argument("--sizes", type=int, nargs="*", default=[])
     parser.add_argument("--student-t", action="store_true", help="also the Student-t floor")
+    parser.add_argument("--short-length-scales", type=float, nargs="*", metavar="ELL",
+                        help="only the short length-scale table (section 8)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.short_length_scales is not None:
+        resolution(args.n, args.short_length_scales or [1.0, 0.05, 0.0132], args.repeat)
+        return
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     floor(args.n, args.threads, args.repeat)
     if args.student_t:

@@ -21,13 +21,20 @@ proof (docs/reliability.md, "Cost of the step classifier").
 ``--fit K`` instead runs ``GPClassifier(likelihood="step", label_noise=eps)`` with its
 defaults on the same data, but ``K`` fallback starts (``robustep.config(
 search_fallback_starts=K)``; the default is 2), and prints how its search and final fit
-ended.
+ended, then the default probit fit's seconds on the same data, the ratio, and both
+fits' accuracy on 5000 noise-free test points; ``--no-power-search`` leaves out the
+search on power EP's evidence that follows a search whose every EP evaluation failed
+(``robustep.config(search_power_fallback=False)``).  ``--power`` runs power EP at each
+of ``--lengths`` from zero sites, by plain damped sweeps and by Anderson mixing.
 
 Usage::
 
     python benchmarks/step_fixed_points.py                      # n = 2000 (minutes)
     python benchmarks/step_fixed_points.py --n 300 --lengths 1,0.25,0.0625
     python benchmarks/step_fixed_points.py --fit 3              # about 10 minutes
+    python benchmarks/step_fixed_points.py --fit 2              # the default fit (1 minute)
+    python benchmarks/step_fixed_points.py --fit 2 --no-power-search   # about 6 minutes
+    python benchmarks/step_fixed_points.py --power --lengths 1,0.25
 """
 
 from __future__ import annotations
@@ -95,24 +102,63 @@ def runs(K, y, eps):
     )
 
 
-def fit(X, y, eps, fallback_starts):
-    """The default step fit with ``fallback_starts`` fallback starts: a one-line summary."""
-    with (
-        config(search_fallback_starts=fallback_starts),
-        warnings.catch_warnings(record=True) as seen,
-    ):
+def fit(X, y, eps, fallback_starts, power_search=True, test=None):
+    """The default step fit with ``fallback_starts`` fallback starts (and the search on
+    power EP's evidence where every EP evaluation fails, unless ``power_search`` is
+    False), then the default probit fit on the same data: a summary line each, with the
+    accuracy on ``test`` (X, y) and the step fit's seconds over the probit fit's."""
+    settings = config(search_fallback_starts=fallback_starts, search_power_fallback=power_search)
+    with settings, warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         t0 = time.perf_counter()
         est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
         seconds = time.perf_counter() - t0
     search = est.optimizer_result_
+    t0 = time.perf_counter()
+    probit = GPClassifier().fit(X, y)
+    probit_seconds = time.perf_counter() - t0
+    if test is None:
+        accuracy = ""
+    else:
+        accuracy = (f"; accuracy on {len(test[1])} noise-free test points: step "
+                    f"{np.mean(est.predict(test[0]) == test[1]):.3f}, probit "
+                    f"{np.mean(probit.predict(test[0]) == test[1]):.3f}")  # fmt: skip
     return (
-        f"{fallback_starts} fallback starts: {seconds:.0f} s; search: {search.n_evaluations} "
-        f"evaluations ({search.n_failures} failed), {search.n_starts} starts, length-scale "
-        f"{float(np.exp(search.x[-1])):.3g}, log evidence {search.log_evidence:.2f}; final fit: "
-        f"converged_ {est.converged_}, method_used_ {est.method_used_}, "
-        f"{sum(issubclass(w.category, ConvergenceWarning) for w in seen)} ConvergenceWarning"
+        f"{fallback_starts} fallback starts, power-EP search {'on' if power_search else 'off'}: "
+        f"{seconds:.1f} s; search: {search.n_evaluations} evaluations ({search.n_failures} "
+        f"failed), {search.n_starts} starts, on {search.approximation or 'EP'}'s evidence, "
+        f"length-scale {float(np.exp(search.x[-1])):.3g}, log evidence "
+        f"{search.log_evidence:.2f}; final fit: converged_ {est.converged_}, method_used_ "
+        f"{est.method_used_}, {sum(issubclass(w.category, ConvergenceWarning) for w in seen)} "
+        f"ConvergenceWarning\nprobit fit: {probit_seconds:.1f} s, "
+        f"{probit.optimizer_result_.n_evaluations} evaluations, length-scale "
+        f"{float(probit.kernel_.k2.length_scale):.3g}; step / probit: "
+        f"{seconds / probit_seconds:.1f}x{accuracy}"
     )
+
+
+def power_runs(X, y, eps, lengths):
+    """Power EP (alpha and damping of the chain's power stage) at each length-scale, by
+    the plain damped sweeps of stage "power" and by Anderson mixing
+    (``PowerStage(accelerate=True)``), from zero sites: one line each."""
+    alpha, damping = STRATEGY.power.power, STRATEGY.power.damping
+    print("| length-scale | plain: sweeps | s | Anderson: sweeps | s | log Z (plain) | "
+          "log Z (Anderson) |\n|" + "---|" * 7)  # fmt: skip
+    for ell in lengths:
+        K = RBF(ell)(X)
+        t0 = time.perf_counter()
+        plain = expectation_propagation(K, y, NoisyStep(eps), power=alpha, damping=damping,
+                                        tol=TOL, tol_units=STRATEGY.tol_units,
+                                        double_loop=False)  # fmt: skip
+        t1 = time.perf_counter()
+        fast = accelerated_expectation_propagation(
+            K, y, NoisyStep(eps), power=alpha, tol=TOL, tol_units=STRATEGY.tol_units,
+            **STRATEGY.accelerated.engine_options(),
+        )  # fmt: skip
+        t2 = time.perf_counter()
+        ran = [f"{r.n_iter}{'' if r.converged else ' (failed)'}" for r in (plain, fast)]
+        print(f"| {ell:g} | {ran[0]} | {t1 - t0:.1f} | {ran[1]} | {t2 - t1:.1f} | "
+              f"{plain.log_Z:.4f} | {fast.log_Z:.4f} |", flush=True)  # fmt: skip
 
 
 def main(argv=None):
@@ -121,10 +167,19 @@ def main(argv=None):
     parser.add_argument("--lengths", default="1,0.25,0.0625,0.03,0.0156")
     parser.add_argument("--eps", type=float, default=0.1)
     parser.add_argument("--fit", type=int, metavar="K", help="the default fit, K fallback starts")
+    parser.add_argument("--no-power-search", action="store_true",
+                        help="--fit without the search on power EP's evidence")  # fmt: skip
+    parser.add_argument("--power", action="store_true",
+                        help="plain and Anderson-accelerated power EP at --lengths")  # fmt: skip
     args = parser.parse_args(argv)
-    X, y = _stress().step_noise_data("xor", args.n, 0.2, 5)
+    stress = _stress()
+    X, y = stress.step_noise_data("xor", args.n, 0.2, 5)
     if args.fit is not None:
-        print(fit(X, y, args.eps, args.fit))
+        test = stress.step_noise_data("xor", 5000, 0.0, 99)
+        print(fit(X, y, args.eps, args.fit, not args.no_power_search, test))
+        return
+    if args.power:
+        power_runs(X, y, args.eps, [float(v) for v in args.lengths.split(",")])
         return
     print(f"XOR, 20% flips, n = {args.n}, seed 5, NoisyStep({args.eps:g})\n")
     print("| length-scale | start | converged | sweeps (before) | smallest residual | how it "

@@ -181,6 +181,10 @@ def test_tuning_defaults():
     with pytest.raises(ValueError, match="search_fallback_unit_step"):
         with config(search_fallback_unit_step=1):
             pass
+    assert s.search_power_fallback is True
+    with pytest.raises(ValueError, match="search_power_fallback"):
+        with config(search_power_fallback="yes"):
+            pass
 
 
 def _search_engine_calls(monkeypatch, **settings):

@@ -120,6 +120,17 @@ class Settings:
         classifier"; ``python benchmarks/step_search.py --large smooth30 --runs``, with
         and without ``--variant first-restarts``).  The last start's first evaluation
         always makes them.
+    search_power_fallback : bool
+        Whether the step classifier's evidence search (``method="auto"``), where every
+        evaluation of every start failed in EP, runs again from the starting kernel on
+        *power EP's* evidence (alpha 0.5, Anderson-accelerated:
+        :meth:`robustep.ep.InferenceStrategy.power_search`), and the fit is then power
+        EP's approximation at the kernel that maximises it (``method_used_ == "power"``,
+        ``optimizer_result_.approximation == "power"``).  With a label noise below the
+        share of flipped labels EP can have no fixed point at the longer length-scales,
+        where its evidence rises (docs/reliability.md, "Cost of the step classifier";
+        ``benchmarks/step_fixed_points.py``).  False keeps the kernel at its start and
+        warns.
     search_stall_evaluations : int >= 1 or None
         The step classifier's evidence search ends a start when this many successful
         evaluations in a row lie within ``search_stall_step`` of the start's best point
@@ -132,7 +143,8 @@ class Settings:
     search_stall_step : float >= 0
         See ``search_stall_evaluations``.
     search_fallback_unit_step : bool
-        Whether the step classifier's search from a fallback start (``search_fallback_starts``)
+        Whether the step classifier's search from a fallback start (``search_fallback_starts``),
+        and its search on power EP's evidence (``search_power_fallback``),
         takes a first step of at most one unit of a log hyperparameter: its optimiser sees
         the evidence divided by the largest entry of the first gradient
         (``maximise_evidence(fallback_unit_step=True)``).  From the fallback starts the
@@ -224,6 +236,7 @@ class Settings:
     search_fallback_factor: float = 0.25
     search_warm_jump: float | None = 1.0
     search_first_restarts: bool = False
+    search_power_fallback: bool = True
     search_stall_evaluations: int | None = 5
     search_stall_step: float = 1e-2
     search_fallback_unit_step: bool = True
@@ -275,6 +288,10 @@ class Settings:
             raise ValueError(
                 "search_fallback_unit_step must be True or False, "
                 f"got {self.search_fallback_unit_step!r}"
+            )
+        if not isinstance(self.search_power_fallback, bool):
+            raise ValueError(
+                f"search_power_fallback must be True or False, got {self.search_power_fallback!r}"
             )
         if not isinstance(self.search_first_restarts, bool):
             raise ValueError(

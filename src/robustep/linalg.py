@@ -193,6 +193,37 @@ def blas_matmul(A, B):
 _SCALE_BLOCK_ROWS = 256
 
 
+#: rows per block of :func:`zero_below_resolution` (bounds its temporaries to a few MB)
+_RESOLUTION_BLOCK_ROWS = 256
+
+
+def zero_below_resolution(K):
+    """Where a symmetric covariance matrix K (n, n) holds subnormal entries (a short
+    length-scale: part of K underflows), set to zero, in place, its entries below the
+    double-precision resolution of its diagonal, |K_ij| < eps sqrt(K_ii K_jj)
+    (eps = 2.2e-16); return K (unchanged where it holds no subnormal entry).
+
+    Such an entry changes no sum it enters by more than rounding (the posterior moves by
+    about n eps at most).  Under a short length-scale the products of K's tiny entries
+    in a Cholesky factorisation's fill-in fall in the subnormal range, which x86 CPUs
+    without flush-to-zero process tens of times more slowly: at n = 2000, length-scale
+    0.0132 on [-1, 1]², dpotrf of I + W K W took 0.88 s against 0.13 s with the entries
+    zeroed and 0.07 s at length-scale 1 (docs/derivations/engine_floor.md §8).  The
+    diagonal is never zeroed.
+    """
+    n = K.shape[0]
+    tiny = np.finfo(float).tiny
+    blocks = range(0, n, _RESOLUTION_BLOCK_ROWS)
+    rows = (K[start : start + _RESOLUTION_BLOCK_ROWS] for start in blocks)
+    if not any(np.any((block != 0) & (np.abs(block) < tiny)) for block in rows):
+        return K
+    scale = np.sqrt(np.finfo(float).eps * np.abs(np.diagonal(K)))
+    for start in blocks:
+        rows = K[start : start + _RESOLUTION_BLOCK_ROWS]
+        rows[np.abs(rows) < scale[start : start + _RESOLUTION_BLOCK_ROWS, None] * scale] = 0.0
+    return K
+
+
 def plus_diagonal(A, d):
     """A + diag(d) as a new (n, n) float array, without forming the (n, n) diag(d).
 

@@ -32,6 +32,34 @@ def test_fit_summary():
     """--fit K: the default fit with K fallback starts, summarised in one line."""
     module = load_benchmark("step_fixed_points")
     X, y = module._stress().step_noise_data("xor", 60, 0.2, 5)
-    line = module.fit(X, y, 0.2, 0)
-    assert line.startswith("0 fallback starts:") and "method_used_ accelerated" in line
-    assert "0 ConvergenceWarning" in line
+    test = module._stress().step_noise_data("xor", 50, 0.0, 99)
+    out = module.fit(X, y, 0.2, 0, test=test)
+    first, second = out.splitlines()
+    assert first.startswith("0 fallback starts, power-EP search on:")
+    assert "method_used_ accelerated" in first and "0 ConvergenceWarning" in first
+    assert "on EP's evidence" in first
+    assert second.startswith("probit fit:") and "step / probit:" in second
+    assert "accuracy on 50 noise-free test points" in second
+
+
+def test_fit_summary_where_ep_fails_everywhere():
+    """The misspecified model (label noise 0.1 on 20% flips) with no fallback starts: the
+    search runs on power EP's evidence, or without it keeps the start and warns."""
+    module = load_benchmark("step_fixed_points")
+    X, y = module._stress().step_noise_data("xor", 80, 0.2, 1)
+    on = module.fit(X, y, 0.1, 0).splitlines()[0]
+    assert "on power's evidence" in on and "method_used_ power" in on
+    assert "0 ConvergenceWarning" in on
+    off = module.fit(X, y, 0.1, 0, power_search=False).splitlines()[0]
+    assert "power-EP search off" in off and "length-scale 1," in off
+    assert "1 ConvergenceWarning" in off
+
+
+def test_power_runs(capsys):
+    """--power: plain and Anderson-accelerated power EP reach the same log Z."""
+    module = load_benchmark("step_fixed_points")
+    module.main(["--n", "60", "--lengths", "0.5", "--power"])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 0.5 |")]
+    cells = row[0].strip("|").split("|")
+    assert len(row) == 1 and "failed" not in row[0]
+    assert abs(float(cells[5]) - float(cells[6])) < 1e-3

@@ -374,7 +374,8 @@ def test_sparse_step_model_keeps_the_amplitude_fixed_in_its_search():
 
 def test_a_stuck_step_search_suggests_a_larger_label_noise():
     """Where every evaluation of the step classifier's search fails (XOR with 20% flips
-    fitted with label_noise 0.1, no fallback starts), the warning adds the step model's
+    fitted with label_noise 0.1, no fallback starts, no search on power EP's evidence),
+    the warning adds the step model's
     advice; the probit classifier's advice does not carry it."""
     import warnings
 
@@ -385,7 +386,8 @@ def test_a_stuck_step_search_suggests_a_larger_label_noise():
 
     stress = load_benchmark("stress", "_stress_step_advice")
     X, y = stress.step_noise_data("xor", 80, 0.2, 1)
-    with config(search_fallback_starts=0), warnings.catch_warnings(record=True) as seen:
+    no_fallbacks = config(search_fallback_starts=0, search_power_fallback=False)
+    with no_fallbacks, warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
     stuck = [str(w.message) for w in seen if issubclass(w.category, ConvergenceWarning)
@@ -394,3 +396,118 @@ def test_a_stuck_step_search_suggests_a_larger_label_noise():
     assert est.optimizer_result_.n_failures == est.optimizer_result_.n_evaluations
     assert est._state.advice == SEARCH_ADVICE + STEP_SEARCH_ADVICE
     assert GPClassifier().fit(X, y)._state.advice == SEARCH_ADVICE
+
+
+def test_a_step_search_where_ep_fails_everywhere_runs_on_power_eps_evidence():
+    """search_power_fallback: where every evaluation of the step classifier's EP search
+    fails (the data of the test above, no fallback starts), the search runs again on
+    power EP's evidence.  The fit converges without a warning, reports power EP
+    (method_used_, optimizer_result_.approximation), and its kernel is the maximum of
+    power EP's evidence (alpha 0.5) over length-scales, computed by the engine's plain
+    power EP to 1e-9 on a grid: the search's log evidence is within 1e-3 of the grid's
+    largest and the engine's value at the fitted kernel."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from robustep import GPClassifier, config
+
+    stress = load_benchmark("stress", "_stress_power_search")
+    X, y = stress.step_noise_data("xor", 80, 0.2, 1)
+    with config(search_fallback_starts=0), warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    search = est.optimizer_result_
+    assert est.converged_ and est.method_used_ == "power"
+    assert search.approximation == "power" and search.moved and search.n_starts == 2
+    assert 1 <= search.n_failures < search.n_evaluations
+    assert "then on power's evidence" in search.message
+
+    def power_log_Z(ell):
+        K = RBF(ell)(X)
+        res = expectation_propagation(K, y, NoisyStep(0.1), power=0.5, damping=0.5,
+                                      max_iter=5000, tol=1e-9)  # fmt: skip
+        assert res.converged
+        return res.log_Z
+
+    ell = est.kernel_.k2.length_scale
+    grid = ell * np.exp(np.linspace(-0.5, 0.5, 11))
+    values = [power_log_Z(g) for g in grid]
+    assert int(np.argmax(values)) not in (0, len(grid) - 1)  # an interior maximum
+    assert est.log_marginal_likelihood_value_ > max(values) - 1e-3
+    assert est.log_marginal_likelihood_value_ == pytest.approx(power_log_Z(ell), abs=1e-3)
+    # the fitted model's evidence function is power EP's too
+    assert est.log_marginal_likelihood(est.kernel_.theta) == pytest.approx(
+        est.log_marginal_likelihood_value_, abs=1e-3
+    )
+
+
+def test_power_ep_evidence_gradient_on_the_step_likelihood():
+    """The search on power EP's evidence uses EP's explicit gradient with the power's
+    fixed point (robustep.ep.log_Z_gradient): it matches central finite differences of
+    the engine's power-EP log Z (alpha 0.5) in the log length-scale on the label-noise
+    step likelihood."""
+    from robustep.ep import log_Z_gradient
+
+    X, y = _xor(40, 0.2, 3)
+    lik, h = NoisyStep(0.1), 1e-4
+
+    def run(log_ell, init=None):
+        return expectation_propagation(RBF(np.exp(log_ell))(X), y, lik, power=0.5,
+                                       damping=0.5, max_iter=5000, tol=1e-11,
+                                       init=init)  # fmt: skip
+
+    res = run(np.log(0.6))
+    assert res.converged
+    _, dK = RBF(0.6)(X, eval_gradient=True)
+    grad = log_Z_gradient(res, dK, lik, y)[0][0]
+    fd = (run(np.log(0.6) + h, res).log_Z - run(np.log(0.6) - h, res).log_Z) / (2 * h)
+    assert grad == pytest.approx(fd, rel=1e-4, abs=1e-6)
+
+
+def test_accelerated_power_ep_finds_power_eps_fixed_point():
+    """accelerated_expectation_propagation(power=0.5) converges to the fixed point of the
+    engine's damped power EP (sites and log Z), in fewer sweeps."""
+    from robustep.ep.accelerated import accelerated_expectation_propagation
+
+    X, y = _xor(120, 0.2, 2)
+    K = RBF(0.5)(X)
+    plain = expectation_propagation(K, y, NoisyStep(0.1), power=0.5, damping=0.5,
+                                    max_iter=5000, tol=1e-10)  # fmt: skip
+    fast = accelerated_expectation_propagation(K, y, NoisyStep(0.1), power=0.5, tol=1e-10)
+    assert plain.converged and fast.converged and fast.n_iter < plain.n_iter
+    np.testing.assert_allclose(fast.site_precision, plain.site_precision, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(fast.site_shift, plain.site_shift, rtol=1e-6, atol=1e-7)
+    assert fast.log_Z == pytest.approx(plain.log_Z, abs=1e-8)
+    ep = accelerated_expectation_propagation(K, y, NoisyStep(0.1), tol=1e-10)
+    assert abs(ep.log_Z - fast.log_Z) > 1e-2  # power 1 is EP's fixed point, another one
+
+
+def test_power_stage_accelerated_then_plain():
+    """PowerStage(accelerate=True): the chain's power stage runs Anderson-accelerated power
+    EP first and reports it; where that fails, plain damped sweeps from the same start
+    unless plain=False.  The power-EP strategies of a search and its final fit."""
+    X, y = _xor(120, 0.2, 2)
+    K = RBF(0.5)(X)
+    base = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
+    fit = base.power_fit()
+    assert fit.stages == ("power",) and fit.power.accelerate and fit.power.plain
+    res = run_chain(K, y, NoisyStep(0.1), fit, tol=1e-8)
+    assert res.converged and res.method_used == "power"
+    direct = expectation_propagation(K, y, NoisyStep(0.1), power=0.5, damping=0.5,
+                                     max_iter=5000, tol=1e-10)  # fmt: skip
+    assert res.log_Z == pytest.approx(direct.log_Z, abs=1e-6)
+    searched = base.power_search(damped_tol=3e-2, probe=True)
+    assert searched.stages == ("power",) and not searched.power.plain
+    assert searched.accelerated.restarts == 0 and searched.damped_tol == 3e-2
+    # a budget too small for the accelerated run: plain sweeps follow only with plain
+    short = dataclasses.replace(fit, max_iter=3)
+    with_plain = run_chain(K, y, NoisyStep(0.1), short, tol=1e-8)
+    without = run_chain(K, y, NoisyStep(0.1), dataclasses.replace(
+        short, power=dataclasses.replace(short.power, plain=False)), tol=1e-8)  # fmt: skip
+    assert not with_plain.converged and not without.converged
+    assert with_plain.n_iter > without.n_iter
+    assert "Anderson-accelerated power EP" in with_plain.message
+    for bad in ({"accelerate": 1}, {"plain": "no"}):
+        with pytest.raises(TypeError, match="PowerStage"):
+            dataclasses.replace(fit.power, **bad)

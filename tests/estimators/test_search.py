@@ -281,8 +281,9 @@ def test_shorter_length_scale_starts():
 
 def test_classifier_search_starts_again_from_shorter_length_scales():
     """XOR with 20% flipped labels fitted with label_noise=0.1 (n = 100, seed 0): EP does
-    not converge at the default kernel's length-scale 1, so without fallback starts the
-    search cannot move and the fit ends in power EP at the start; with them it starts
+    not converge at the default kernel's length-scale 1, so without fallback starts (and
+    without the search on power EP's evidence) the search cannot move and the fit ends
+    in power EP at the start; with them it starts
     again from length-scale 0.25, converges in EP and optimises the kernel."""
     import warnings
 
@@ -297,7 +298,7 @@ def test_classifier_search_starts_again_from_shorter_length_scales():
     y[flipped] = -y[flipped]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        with config(search_fallback_starts=0):
+        with config(search_fallback_starts=0, search_power_fallback=False):
             stuck = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
     assert not stuck.optimizer_result_.success and stuck.method_used_ != "accelerated"
     with warnings.catch_warnings():
@@ -458,7 +459,8 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
     """The step classifier's search marks an evaluation farther than search_warm_jump from
     every success a probe, and a probe's stage "accelerated" makes no run from zero sites
     (search_stages(probe=True)).  The first evaluation is a probe while a fallback start
-    would follow its failure (search_first_restarts=False), not otherwise."""
+    or the search on power EP's evidence would follow its failure
+    (search_first_restarts=False), not otherwise."""
     from robustep import GPClassifier, config
     from robustep.ep import InferenceStrategy
     from robustep.estimators import _binary_dense
@@ -478,7 +480,12 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
     X, y = _noisy_xor(80, seed=0)
     GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert flags and flags[0] is True and any(flags[1:])
-    for settings in ({"search_first_restarts": True}, {"search_fallback_starts": 0}):
+    flags.clear()
+    with config(search_fallback_starts=0):  # the power-EP search would follow
+        GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert flags and flags[0] is True
+    no_fallback = {"search_fallback_starts": 0, "search_power_fallback": False}
+    for settings in ({"search_first_restarts": True}, no_fallback):
         flags.clear()
         with config(**settings):
             GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
@@ -627,3 +634,53 @@ def test_a_fallback_start_takes_a_unit_first_step():
     evaluate, calls = _quadratic([30.0])
     maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], fallback_unit_step=True)
     assert calls[1][0][0] == pytest.approx(60.0)
+
+
+def test_unit_step_scales_every_start():
+    """unit_step: the first start's optimiser too sees the objective scaled by its first
+    gradient (L-BFGS-B's first trial one unit away instead of 60), to the same maximum."""
+    evaluate, calls = _quadratic([30.0])
+    res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], unit_step=True)
+    assert calls[1][0][0] == pytest.approx(1.0)
+    np.testing.assert_allclose(res.x, [30.0], atol=1e-5)
+    assert res.log_evidence == pytest.approx(0.0, abs=1e-8)
+
+
+def test_followed_makes_the_last_starts_first_evaluation_a_probe():
+    """followed: the caller runs another search where this one fails everywhere, so with
+    first_probes the last start's first evaluation is a probe too (fallback_next)."""
+    for followed in (False, True):
+        seen = []
+
+        def record(x, context, seen=seen):
+            seen.append((context.start, context.first, context.fallback_next, context.probe))
+            raise EvaluationFailed
+
+        res = maximise_evidence(record, np.array([2.0]), [(-5.0, 5.0)],
+                                fallback_starts=[np.array([1.0])], first_probes=True,
+                                followed=followed)  # fmt: skip
+        assert not res.success and res.n_starts == 2
+        first_of_last = next(s for s in seen if s[0] == 1 and s[1])
+        assert first_of_last[2:] == (followed, followed)
+        assert seen[0][2:] == (True, True)
+
+
+def test_after_failed_search_reports_both_searches():
+    """after_failed_search: the second search's point, evidence and state, both searches'
+    counts, both messages and the approximation."""
+    from robustep.estimators._search import after_failed_search
+
+    def fail(x, context):
+        raise EvaluationFailed
+
+    failed = maximise_evidence(fail, np.zeros(1), [(-5.0, 5.0)], fallback_starts=[np.ones(1)])
+    evaluate, _ = _quadratic([1.5])
+    second = maximise_evidence(evaluate, np.zeros(1), [(-5.0, 5.0)])
+    both = after_failed_search(failed, second, "power")
+    assert both.approximation == "power" and failed.approximation is None
+    np.testing.assert_allclose(both.x, second.x)
+    assert both.log_evidence == second.log_evidence and both.state is second.state
+    assert both.n_evaluations == failed.n_evaluations + second.n_evaluations
+    assert both.n_failures == failed.n_evaluations and both.n_starts == 3
+    assert both.success and both.moved and both.stuck_reason() is None
+    assert failed.message in both.message and second.message in both.message

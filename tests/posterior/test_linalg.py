@@ -428,3 +428,73 @@ def test_plus_diagonal_is_a_plus_diag_and_leaves_a_alone():
     np.testing.assert_array_equal(plus_diagonal(A, d), A + np.diag(d))
     np.testing.assert_array_equal(A, A_before)
     np.testing.assert_array_equal(plus_diagonal(A, 2.0), A + 2.0 * np.eye(5))
+
+
+def _short_rbf(n=300, ell=0.0132, seed=0):
+    from sklearn.gaussian_process.kernels import RBF
+
+    X = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(n, 2))
+    return RBF(ell)(X)
+
+
+def _subnormal(A):
+    return int(np.count_nonzero((A != 0) & (np.abs(A) < np.finfo(float).tiny)))
+
+
+def test_zero_below_resolution_leaves_a_matrix_without_subnormal_entries_alone():
+    """A K with no subnormal entry (length-scale 0.2: entries down to 1e-30, below the
+    resolution) comes back as the same array, bit for bit."""
+    from robustep.linalg import zero_below_resolution
+
+    K = _short_rbf(ell=0.2)
+    assert K.min() < 1e-20 and _subnormal(K) == 0
+    before = K.copy()
+    assert zero_below_resolution(K) is K
+    assert np.array_equal(K, before)
+
+
+def test_zero_below_resolution_zeroes_what_rounding_cannot_see():
+    """Under length-scale 0.0132 K holds subnormal entries; zeroed in place are exactly
+    the entries below eps sqrt(K_ii K_jj), the diagonal is kept, none subnormal is left,
+    and the site posterior (mixed-sign sites) moves by rounding only."""
+    from robustep.linalg import zero_below_resolution
+
+    K = _short_rbf()
+    assert _subnormal(K) > 0
+    raw = K.copy()
+    out = zero_below_resolution(K)
+    assert out is K and _subnormal(K) == 0
+    eps = np.finfo(float).eps
+    small = np.abs(raw) < eps * np.sqrt(np.outer(np.diag(raw), np.diag(raw)))
+    assert small.any() and np.all(K[small] == 0) and np.array_equal(K[~small], raw[~small])
+    np.testing.assert_array_equal(np.diag(K), np.diag(raw))
+    rng = np.random.default_rng(1)
+    tau = rng.uniform(0.1, 5.0, K.shape[0])
+    tau[:30] = -0.3
+    nu = rng.normal(size=K.shape[0])
+    a, b = SitePosterior(raw, tau, nu), SitePosterior(K, tau, nu)
+    np.testing.assert_allclose(b.var, a.var, rtol=1e-12)
+    np.testing.assert_allclose(b.mean, a.mean, rtol=1e-12, atol=1e-14)
+    assert b.log_det == pytest.approx(a.log_det, rel=1e-13)
+
+
+def test_classifier_at_a_short_length_scale_matches_the_engine_on_the_raw_kernel():
+    """The dense classifier core zeroes its K below the resolution: its fit at a fixed
+    short length-scale equals EP on the kernel's own K to rounding, and the caller's X is
+    untouched."""
+    from sklearn.gaussian_process.kernels import RBF
+
+    from robustep import GPClassifier
+    from robustep.ep import expectation_propagation
+    from robustep.likelihoods import Probit
+
+    X = np.random.default_rng(2).uniform(-1.0, 1.0, size=(200, 2))
+    y = np.where(X[:, 0] > 0, 1, -1)
+    X0 = X.copy()
+    est = GPClassifier(RBF(0.0132), method="ep", optimizer=None, tol=1e-10).fit(X, y)
+    K = RBF(0.0132)(X)
+    assert _subnormal(K) > 0
+    ref = expectation_propagation(K, y.astype(float), Probit(), tol=1e-10)
+    np.testing.assert_allclose(est.site_precision_, ref.site_precision, rtol=1e-9)
+    assert est.log_marginal_likelihood_value_ == pytest.approx(ref.log_Z, rel=1e-12)
+    np.testing.assert_array_equal(X, X0)

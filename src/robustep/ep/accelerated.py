@@ -119,6 +119,7 @@ def accelerated_expectation_propagation(
     restarts=2,
     divergence=None,
     start_patience=None,
+    power=1.0,
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -147,6 +148,9 @@ def accelerated_expectation_propagation(
     start_patience : int >= 1 or None, a run from a warm start stops (status "stalled")
         when none of its first ``start_patience`` sweeps has a residual 10% below the warm
         start's (None: never).
+    power : float in (0, 1], the power alpha of every site: below 1 the fixed point is
+        power EP's (Minka 2004), as :func:`robustep.ep.expectation_propagation` with
+        ``power`` (``PowerStage(accelerate=True)``); 1, the default: EP's.
 
     Returns
     -------
@@ -155,9 +159,9 @@ def accelerated_expectation_propagation(
         ``"accelerated"`` for an extrapolated sweep and ``"parallel"`` for a damped one.
         A run that does not converge does not warn (its caller decides).
     """
-    prior, y = _check_inputs(K, y, likelihood, "parallel", damping, 1.0, max_iter, tol)
+    prior, y = _check_inputs(K, y, likelihood, "parallel", damping, power, max_iter, tol)
     n, memory, warmup = prior.n, int(memory), int(warmup)
-    ctx = _Context(prior, y, likelihood, moment_matching_update, 1.0, float(damping),
+    ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), float(damping),
                    float(tol), int(max_iter), None)  # fmt: skip
     _check_tol_units(tol_units)
     ctx.tol_units = tol_units

@@ -25,7 +25,12 @@ converges.  With :meth:`InferenceStrategy.auto <robustep.ep.strategy.InferenceSt
 4. ``"power"``: parallel power EP with alpha = 0.5 at damping 0.5, plain robust sweeps
    (:class:`~robustep.ep.strategy.PowerStage`).  Its fixed point is a *different
    approximation* from EP's (an alpha-divergence is minimised locally, not KL(p || q)), so
-   a result of this stage reports ``method_used = "power"``.
+   a result of this stage reports ``method_used = "power"``.  With
+   ``PowerStage(accelerate=True)`` (the step classifier's search on power EP's evidence,
+   :meth:`InferenceStrategy.power_search
+   <robustep.ep.strategy.InferenceStrategy.power_search>` and
+   :meth:`~robustep.ep.strategy.InferenceStrategy.power_fit`) it first runs power EP with
+   Anderson mixing, the same fixed point in fewer sweeps.
 
 A strategy may name stage ``"accelerated"`` (:meth:`InferenceStrategy.auto
 <robustep.ep.strategy.InferenceStrategy.auto>` with ``accelerate=True``, the label-noise
@@ -216,15 +221,23 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         total += int(res.n_iter)
         return res
 
-    def power():  # stage "power": plain damped sweeps of power EP, another approximation
-        return run(
+    def power():  # stage "power": damped sweeps of power EP, another approximation
+        stage, sweeps = strategy.power, 0
+        if stage.accelerate:  # Anderson mixing first (PowerStage.accelerate)
+            res = accelerated(power=stage.power)
+            if res.converged or not stage.plain:
+                return res
+            sweeps = int(res.n_iter)
+        res = run(
             schedule=schedule,
             **_PARALLEL.engine_options(),
-            power=strategy.power.power,
-            damping=strategy.power.damping,
+            power=stage.power,
+            damping=stage.damping,
             max_iter=max_iter,
             init=init,
         )
+        res.n_iter += sweeps
+        return res
 
     def double_loop():  # stage "double_loop", from the caller's init
         return run(
@@ -343,8 +356,8 @@ def failure_message(tried, tol, strategy=None):
         "ep": "parallel EP",
         "accelerated": f"Anderson-accelerated parallel EP (memory {strategy.accelerated.memory})",
         "damped": damped,
-        "power": f"power EP (alpha {power.power:g}, damping {power.damping:g}; a different "
-        "approximation)",
+        "power": f"{'Anderson-accelerated ' if power.accelerate else ''}power EP (alpha "
+        f"{power.power:g}, damping {power.damping:g}; a different approximation)",
         "double_loop": f"the double-loop algorithm ({strategy.fallback.max_inner} inner "
         "iterations)",
     }

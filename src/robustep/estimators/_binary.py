@@ -95,7 +95,9 @@ def log_evidence(res) -> float:
     return float(value)
 
 
-def run_inference(params, prior, y, likelihood, init=None, search=False, probe=False):
+def run_inference(
+    params, prior, y, likelihood, init=None, search=False, probe=False, power_search=False
+):
     """Run ``params.method`` on a Gaussian prior; returns the inference result.
 
     Parameters
@@ -113,6 +115,11 @@ def run_inference(params, prior, y, likelihood, init=None, search=False, probe=F
         successful one (an optimiser's far trial step), or a start's first evaluation
         while a fallback start would follow its failure (``search_first_restarts``):
         ``search_stages(probe=True)``.
+    power_search : ``method="auto"`` after a search on power EP's evidence (the step
+        classifier's, where every evaluation of its EP search failed): with ``search``
+        :meth:`InferenceStrategy.power_search
+        <robustep.ep.InferenceStrategy.power_search>`, else
+        :meth:`~robustep.ep.InferenceStrategy.power_fit`.
     """
     if params.method == "laplace":
         # probit is log-concave: Newton steps on B = I + W^1/2 K W^1/2 (one Cholesky
@@ -150,9 +157,13 @@ def run_inference(params, prior, y, likelihood, init=None, search=False, probe=F
             accelerate=step and params.schedule == "parallel",
             tol_units="marginal" if step else "sites",
         )
-        if search:
+        if search and power_search:
+            strategy = strategy.power_search(damped_tol=get_config().search_tol, probe=probe)
+        elif search:
             # damped sweeps to the search tolerance: the final fit refines the best state
             strategy = strategy.search_stages(damped_tol=get_config().search_tol, probe=probe)
+        elif power_search:
+            strategy = strategy.power_fit()
         return run_chain(prior, y, likelihood, strategy, schedule=params.schedule,
                          tol=params.tol, init=init)  # fmt: skip
     if params.method == "ep":

@@ -9,7 +9,9 @@ optimizer the kernel's log hyperparameters maximise the approximate evidence by 
 evidence search (estimators/_search.py) with its analytic gradient: EP's explicit
 gradient (Seeger 2005; :func:`robustep.ep.log_Z_gradient`) or Laplace's (R&W eq. 5.23).
 Each evaluation warm-starts from the previous one's state, and the fit is the best
-evaluation itself.
+evaluation itself.  The step classifier's search whose every EP evaluation fails runs
+again on power EP's evidence (``robustep.config(search_power_fallback=True)``;
+:meth:`robustep.ep.InferenceStrategy.power_search`), and its fit is then power EP's.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from robustep.estimators._binary import (
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
+    after_failed_search,
     draw_starts,
     is_search_evidence,
     maximise_evidence,
     shorter_length_scale_starts,
 )
+from robustep.linalg import zero_below_resolution
 from robustep.posterior.factory import make_prior
 
 __all__ = ["DenseBinaryCore", "fit_dense"]
@@ -51,7 +55,9 @@ SEARCH_ADVICE = (
 )
 #: added for the label-noise step likelihood, whose EP fixed points can be missing at the
 #: longer length-scales when label_noise is below the share of flipped labels
-#: (docs/reliability.md, "Cost of the step classifier": benchmarks/step_fixed_points.py)
+#: (docs/reliability.md, "Cost of the step classifier": benchmarks/step_fixed_points.py);
+#: warned only where the search on power EP's evidence that follows (search_power_fallback)
+#: is switched off or fails too
 STEP_SEARCH_ADVICE = (
     "; with likelihood='step', a label_noise below the share of mislabelled points can "
     "leave EP without a fixed point at the longer length-scales: a larger label_noise "
@@ -61,7 +67,7 @@ STEP_SEARCH_ADVICE = (
 
 def _numpy_kernel_gradient(kernel, X, options):
     K, K_gradient = kernel(X, eval_gradient=True)
-    return {"K": K}, K_gradient
+    return {"K": zero_below_resolution(K)}, K_gradient
 
 
 def _array_kernel_gradient(kernel, X, options):
@@ -165,19 +171,28 @@ class DenseBinaryCore(BinaryCore):
         super().__init__(params, X, y, likelihood)
         self.kernel = kernel
         self.rep = rep
+        # whether inference runs power EP's strategies: set by optimise when the step
+        # classifier's EP search failed everywhere (search_power_fallback)
+        self.power_search = False
 
     def prior(self, kernel, built=None):
         """The prior of ``kernel`` at X in this core's representation; ``built``: the prior
-        options computed with the gradient (K, or d and U), so nothing is built twice."""
+        options computed with the gradient (K, or d and U), so nothing is built twice.
+        A numpy K has its entries below the resolution of its diagonal zeroed
+        (:func:`robustep.linalg.zero_below_resolution`)."""
+        if built is None and self.rep.name == "dense":
+            built = {"K": zero_below_resolution(kernel(self.X))}
         return make_prior(kernel, self.X, self.rep.name, **{**self.rep.options, **(built or {})})
 
     def infer(self, prior, init=None, search=False, probe=False):
         """The inference result of ``params.method`` on ``prior`` (:func:`run_inference`;
         ``search``: an evaluation of the evidence search; ``probe``: one far from every
-        successful evaluation)."""
+        successful evaluation), or power EP's after a search on its evidence
+        (``power_search``)."""
         return run_inference(
-            self.params, prior, self.y, self.likelihood, init, search=search, probe=probe
-        )
+            self.params, prior, self.y, self.likelihood, init, search=search, probe=probe,
+            power_search=self.power_search,
+        )  # fmt: skip
 
     def evaluate(self, theta, eval_gradient, init=None, search=False, probe=False):
         """Inference at log hyperparameters ``theta``: (log evidence, gradient (p,) or None,
@@ -196,7 +211,8 @@ class DenseBinaryCore(BinaryCore):
             prior = self.prior(kernel, built)
             res = self.infer(prior, init=init, search=search, probe=probe)
             value = log_evidence(res)
-            if search and not (np.isfinite(value) and is_search_evidence(res)):
+            usable = is_search_evidence(res, power=self.power_search)
+            if search and not (np.isfinite(value) and usable):
                 raise EvaluationFailed
             grad = None
             if eval_gradient:
@@ -287,12 +303,29 @@ class DenseBinaryCore(BinaryCore):
         fallbacks = shorter_length_scale_starts(
             self.kernel, settings.search_fallback_factor, settings.search_fallback_starts
         )
-        return maximise_evidence(
-            evaluate, self.kernel.theta, bounds, optimizer=params.optimizer, starts=starts,
-            warm_of=lambda state: self.warm_state(state[0]), options=options,
-            fallback_starts=fallbacks, warm_jump=warm_jump, first_probes=first_probes,
-            stall=stall, fallback_unit_step=unit_step,
+        search = dict(
+            optimizer=params.optimizer, starts=starts, options=options,
+            warm_of=lambda state: self.warm_state(state[0]), fallback_starts=fallbacks,
+            warm_jump=warm_jump, first_probes=first_probes, stall=stall,
+            fallback_unit_step=unit_step,
         )  # fmt: skip
+        step_auto = params.likelihood == "step" and params.method == "auto"
+        power_fallback = step_auto and settings.search_power_fallback
+        # where the power-EP search below follows, the last start's first evaluation is
+        # a probe too
+        result = maximise_evidence(
+            evaluate, self.kernel.theta, bounds, followed=power_fallback, **search
+        )
+        if result.success or not power_fallback:
+            return result
+        # every evaluation failed in EP: the same search on power EP's evidence, whose fixed
+        # points exist at the longer length-scales where EP's can be missing
+        # (search_power_fallback; docs/reliability.md, "Cost of the step classifier")
+        self.power_search = True
+        power = maximise_evidence(
+            evaluate, self.kernel.theta, bounds, unit_step=unit_step, **search
+        )
+        return after_failed_search(result, power, "power")
 
     def finite_or_prior(self, res, prior):
         """``res`` if its posterior is finite; otherwise the prior (sites = 0)."""

@@ -51,6 +51,7 @@ __all__ = [
     "EvaluationContext",
     "EvaluationFailed",
     "SearchResult",
+    "after_failed_search",
     "draw_starts",
     "is_search_evidence",
     "maximise_evidence",
@@ -132,6 +133,9 @@ class SearchResult:
     moved : bool, ``x`` differs from the first start by more than ``MOVE_TOLERANCE`` in
         some coordinate (log hyperparameters: a relative change of 1e-4).
     message : str, why the search stopped (the optimiser's message per start).
+    approximation : None, or ``"power"`` where the search maximised power EP's evidence
+        because every evaluation of its EP search failed (the step classifier's search,
+        ``robustep.config(search_power_fallback=True)``; :func:`after_failed_search`).
     """
 
     x: np.ndarray
@@ -143,6 +147,7 @@ class SearchResult:
     n_starts: int = 1
     moved: bool = False
     message: str = ""
+    approximation: str | None = None
 
     def stuck_reason(self) -> str | None:
         """A sentence saying why the search may not have learnt anything, or None.
@@ -166,11 +171,29 @@ class SearchResult:
         return None
 
 
-def is_search_evidence(result) -> bool:
+def is_search_evidence(result, power=False) -> bool:
     """Whether an inference result's evidence may enter a search: it converged, and it is
     not method="auto"'s fallback to another approximation (its power-EP stage), whose log
-    evidence is not comparable with EP's at the other points of the same search."""
-    return bool(result.converged) and getattr(result, "method_used", None) != "power"
+    evidence is not comparable with EP's at the other points of the same search.
+    ``power``: a search on power EP's evidence, which takes only power EP's results."""
+    power_result = getattr(result, "method_used", None) == "power"
+    return bool(result.converged) and power_result == bool(power)
+
+
+def after_failed_search(failed: SearchResult, search: SearchResult, approximation: str):
+    """The search ``search`` on ``approximation``'s evidence, run after every evaluation
+    of the search ``failed`` had failed, as one :class:`SearchResult`: ``search``'s point,
+    evidence and state, both searches' evaluations, failures and starts, and their
+    messages."""
+    return dataclasses.replace(
+        search,
+        n_evaluations=failed.n_evaluations + search.n_evaluations,
+        n_failures=failed.n_failures + search.n_failures,
+        n_starts=failed.n_starts + search.n_starts,
+        message=f"every evaluation failed ({failed.message}); then on {approximation}'s "
+        f"evidence: {search.message}",
+        approximation=approximation,
+    )
 
 
 def warn_if_stuck(search, advice):
@@ -229,6 +252,8 @@ def maximise_evidence(
     first_probes: bool = False,
     stall: tuple[int, float, float] | None = None,
     fallback_unit_step: bool = False,
+    unit_step: bool = False,
+    followed: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -272,6 +297,12 @@ def maximise_evidence(
         L-BFGS-B's first step, the raw gradient where every coordinate is bounded, at most
         one unit long.  Inference failed at the first start; from a fallback start the
         evidence is steep and the raw step lands on a bound, where it fails too.
+    unit_step : the same at every start (the step classifier's search on power EP's
+        evidence, whose raw first step went from length-scale 1 to 6.3 on the
+        misspecified n = 2000 cell, a far probe of 34 sweeps).
+    followed : the caller runs another search where every evaluation of this one fails,
+        so that a failure at the last start is not the last word either: with
+        ``first_probes`` its first evaluation is a probe too.
 
     Returns
     -------
@@ -284,7 +315,8 @@ def maximise_evidence(
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
                 first_probes=first_probes, stall=stall,
-                fallback_unit_step=fallback_unit_step,
+                fallback_unit_step=fallback_unit_step, unit_step=unit_step,
+                followed=followed,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
@@ -311,7 +343,7 @@ def maximise_evidence(
         n_run += 1
         context = EvaluationContext(
             warm=warm if index == 0 else None, first=True, start=index,
-            fallback_next=overall["x"] is None and index + 1 < len(all_starts),
+            fallback_next=overall["x"] is None and (index + 1 < len(all_starts) or followed),
         )  # fmt: skip
         best = {"value": -np.inf, "x": None, "warm": None}
         done = []  # with warm_jump: (x, warm start) of this start's successes
@@ -362,7 +394,7 @@ def maximise_evidence(
             return -value, -grad
 
         scale = [1.0]
-        if fallback_unit_step and index >= n_regular:
+        if unit_step or (fallback_unit_step and index >= n_regular):
             objective = _unit_first_step(objective, scale)
         try:
             x_opt, f_opt, message = minimise(

@@ -102,7 +102,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         dense model's evidence search keeps the kernel amplitude (a ConstantKernel
         factor) fixed: the step likelihood depends on f only through its sign, so the
         evidence does not depend on it (docs/reliability.md, "Cost of the step
-        classifier").
+        classifier").  Where every evaluation of that search fails in EP (a
+        ``label_noise`` below the share of flipped labels can leave EP without a fixed
+        point), the search runs again on power EP's evidence and the fit is power EP's
+        approximation (``method_used_ == "power"``, ``optimizer_result_.approximation ==
+        "power"``; ``robustep.config(search_power_fallback=False)`` keeps the start and
+        warns instead).
         "ep": EP (robust parallel EP with the double-loop fallback of the engine);
         "damped": EP with damping
         ``damping`` (weight on the old site) or,
@@ -257,9 +262,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     inducing_power_ (float: the power α the sparse model ran with, ``inducing_power``
     resolved; None for the dense model),
     optimizer_result_ (the evidence search's
-    :class:`~robustep.estimators._search.SearchResult`, or the stochastic learner's, whose
-    ``stopped`` says why it stopped: "converged", "early_stopping", "max_epochs",
-    "max_time" or "interrupted"; None without a search),
+    :class:`~robustep.estimators._search.SearchResult`, whose ``approximation`` is
+    "power" where the step classifier's search ran on power EP's evidence, or the
+    stochastic learner's, whose ``stopped`` says why it stopped: "converged",
+    "early_stopping", "max_epochs", "max_time" or "interrupted"; None without a search),
     learner_ ("full_batch" or "stochastic": what learned the hyperparameters),
     history_ (the stochastic learner's epochs, one dict each: ``epoch``, ``steps``,
     ``energy`` (mean minibatch estimate of the power-EP energy), ``validation_log_loss``
@@ -512,7 +518,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
         theta : (p,) log hyperparameters of ``kernel_`` or None (the fitted value); with
         ``inducing_points`` the fitted inducing inputs are held fixed.
-        Returns the value, or ``(value, gradient (p,))`` when ``eval_gradient``.
+        Returns the value, or ``(value, gradient (p,))`` when ``eval_gradient``: power EP's
+        evidence where the fit's search ran on it (``optimizer_result_.approximation ==
+        "power"``), else that of ``method``.
         """
         check_is_fitted(self)
         if theta is None:
