@@ -102,8 +102,9 @@ class EvaluationContext:
         point to the nearest successful evaluation of the start (largest coordinate
         difference); inf before the first success and without ``warm_jump``.
     fallback_next : True while no evaluation of the search has succeeded and another
-        start (a further start or a fallback start) follows this one, so that a failure
-        here is not the search's last word.
+        start (a further start or a fallback start) follows this one, or the caller's
+        next search does (``maximise_evidence(followed=True)``), so that a failure here
+        is not the search's last word.
     probe : an evaluation that the search would rather abandon cheaply than rescue where
         inference fails: with ``maximise_evidence(warm_jump=...)`` one farther than
         ``warm_jump`` from every success of the start (a far trial step), and with
@@ -298,8 +299,8 @@ def maximise_evidence(
         one unit long.  Inference failed at the first start; from a fallback start the
         evidence is steep and the raw step lands on a bound, where it fails too.
     unit_step : the same at every start (the step classifier's search on power EP's
-        evidence, whose raw first step went from length-scale 1 to 6.3 on the
-        misspecified n = 2000 cell, a far probe of 34 sweeps).
+        evidence, whose raw first step from length-scale 1 went almost two units of log
+        length-scale away on the misspecified n = 2000 cell, to a far probe).
     followed : the caller runs another search where every evaluation of this one fails,
         so that a failure at the last start is not the last word either: with
         ``first_probes`` its first evaluation is a probe too.
