@@ -40,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 import time
@@ -51,7 +52,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 
 from robustep import GPClassifier, config
-from robustep.ep import InferenceStrategy, expectation_propagation
+from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.likelihoods import NoisyStep
 
@@ -138,27 +139,24 @@ def fit(X, y, eps, fallback_starts, power_search=True, test=None):
 
 
 def power_runs(X, y, eps, lengths):
-    """Power EP (alpha and damping of the chain's power stage) at each length-scale, by
-    the plain damped sweeps of stage "power" and by Anderson mixing
-    (``PowerStage(accelerate=True)``), from zero sites: one line each."""
-    alpha, damping = STRATEGY.power.power, STRATEGY.power.damping
+    """Stage "power" of the chain at each length-scale, from zero sites, as its plain
+    damped sweeps and as Anderson-accelerated power EP (``InferenceStrategy.power_fit``,
+    which falls back to the plain sweeps where Anderson mixing fails): one line each."""
+    plain_stage = dataclasses.replace(STRATEGY, stages=("power",))
+    strategies = (plain_stage, STRATEGY.power_fit())
     print("| length-scale | plain: sweeps | s | Anderson: sweeps | s | log Z (plain) | "
           "log Z (Anderson) |\n|" + "---|" * 7)  # fmt: skip
     for ell in lengths:
         K = RBF(ell)(X)
-        t0 = time.perf_counter()
-        plain = expectation_propagation(K, y, NoisyStep(eps), power=alpha, damping=damping,
-                                        tol=TOL, tol_units=STRATEGY.tol_units,
-                                        double_loop=False)  # fmt: skip
-        t1 = time.perf_counter()
-        fast = accelerated_expectation_propagation(
-            K, y, NoisyStep(eps), power=alpha, tol=TOL, tol_units=STRATEGY.tol_units,
-            **STRATEGY.accelerated.engine_options(),
-        )  # fmt: skip
-        t2 = time.perf_counter()
-        ran = [f"{r.n_iter}{'' if r.converged else ' (failed)'}" for r in (plain, fast)]
-        print(f"| {ell:g} | {ran[0]} | {t1 - t0:.1f} | {ran[1]} | {t2 - t1:.1f} | "
-              f"{plain.log_Z:.4f} | {fast.log_Z:.4f} |", flush=True)  # fmt: skip
+        cells = []
+        for strategy in strategies:
+            t0 = time.perf_counter()
+            res = run_chain(K, y, NoisyStep(eps), strategy, tol=TOL)
+            seconds = time.perf_counter() - t0
+            cells.append((f"{res.n_iter}{'' if res.converged else ' (failed)'}", seconds, res))
+        (plain, t_plain, r_plain), (fast, t_fast, r_fast) = cells
+        print(f"| {ell:g} | {plain} | {t_plain:.1f} | {fast} | {t_fast:.1f} | "
+              f"{r_plain.log_Z:.4f} | {r_fast.log_Z:.4f} |", flush=True)  # fmt: skip
 
 
 def main(argv=None):

@@ -197,11 +197,12 @@ _SCALE_BLOCK_ROWS = 256
 _RESOLUTION_BLOCK_ROWS = 256
 
 
-def zero_below_resolution(K):
+def zero_below_resolution(K, *, copy=False):
     """Where a symmetric covariance matrix K (n, n) holds subnormal entries (a short
-    length-scale: part of K underflows), set to zero, in place, its entries below the
+    length-scale: part of K underflows), set to zero its entries below the
     double-precision resolution of its diagonal, |K_ij| < eps sqrt(K_ii K_jj)
-    (eps = 2.2e-16); return K (unchanged where it holds no subnormal entry).
+    (eps = 2.2e-16): in place, or with ``copy`` in a copy made only then; return the
+    result (K itself, unchanged, where it holds no subnormal entry).
 
     Such an entry changes no sum it enters by more than rounding (the posterior moves by
     about n eps at most).  Under a short length-scale the products of K's tiny entries
@@ -217,6 +218,8 @@ def zero_below_resolution(K):
     rows = (K[start : start + _RESOLUTION_BLOCK_ROWS] for start in blocks)
     if not any(np.any((block != 0) & (np.abs(block) < tiny)) for block in rows):
         return K
+    if copy:
+        K = K.copy()
     scale = np.sqrt(np.finfo(float).eps * np.abs(np.diagonal(K)))
     for start in blocks:
         rows = K[start : start + _RESOLUTION_BLOCK_ROWS]

@@ -479,9 +479,9 @@ def test_zero_below_resolution_zeroes_what_rounding_cannot_see():
 
 
 def test_classifier_at_a_short_length_scale_matches_the_engine_on_the_raw_kernel():
-    """The dense classifier core zeroes its K below the resolution: its fit at a fixed
-    short length-scale equals EP on the kernel's own K to rounding, and the caller's X is
-    untouched."""
+    """The classifier's dense prior (make_prior) has its K zeroed below the resolution:
+    its fit at a fixed short length-scale equals EP on the kernel's own K to rounding, and
+    the caller's X is untouched."""
     from sklearn.gaussian_process.kernels import RBF
 
     from robustep import GPClassifier
@@ -498,3 +498,29 @@ def test_classifier_at_a_short_length_scale_matches_the_engine_on_the_raw_kernel
     np.testing.assert_allclose(est.site_precision_, ref.site_precision, rtol=1e-9)
     assert est.log_marginal_likelihood_value_ == pytest.approx(ref.log_Z, rel=1e-12)
     np.testing.assert_array_equal(X, X0)
+
+
+def test_make_prior_zeroes_a_copy_of_a_callers_k_and_its_own_in_place():
+    """make_prior(..., "dense", zero_subnormal=True) (the dense classifier's prior): a
+    caller's K with subnormal entries is copied, zeroed below the resolution and left as
+    it was; a K without them is used as it is; a K built from the kernel is zeroed the
+    same.  Without the option K is used as given."""
+    from sklearn.gaussian_process.kernels import RBF
+
+    from robustep.estimators._binary_dense import representation
+    from robustep.linalg import zero_below_resolution
+    from robustep.posterior import make_prior
+
+    assert representation().options == {"zero_subnormal": True}
+    X = np.random.default_rng(0).uniform(-1.0, 1.0, size=(300, 2))
+    K = RBF(0.0132)(X)
+    before = K.copy()
+    prior = make_prior(None, None, "dense", K=K, zero_subnormal=True)
+    assert np.array_equal(K, before) and prior.K is not K
+    np.testing.assert_array_equal(prior.K, zero_below_resolution(before.copy()))
+    assert _subnormal(prior.K) == 0
+    built = make_prior(RBF(0.0132), X, "dense", zero_subnormal=True)
+    np.testing.assert_array_equal(built.K, prior.K)
+    plain = RBF(0.5)(X)
+    assert make_prior(None, None, "dense", K=plain, zero_subnormal=True).K is plain
+    assert make_prior(None, None, "dense", K=K).K is K

@@ -261,11 +261,11 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         # converges, needs a fraction of stage "damped"'s sweeps
         skipped = order[: order.index(previous)]
         order = tuple(s for s in order if s not in skipped or s == "accelerated")
+    after_power = "accelerated" in strategy.stages and strategy.accelerated.after_power
     for name in order:
         res = stages[name]()
         tried.append((name, bool(res.converged), int(res.n_iter), _residual(res)))
         results.append((name, res))
-        after_power = "accelerated" in strategy.stages and strategy.accelerated.after_power
         if res.converged and name == "power" and after_power:
             # EP's fixed point from power EP's (AcceleratedStage.after_power)
             ep = accelerated((res.site_precision, res.site_shift), restarts=0)

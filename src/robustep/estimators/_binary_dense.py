@@ -43,7 +43,6 @@ from robustep.estimators._search import (
     maximise_evidence,
     shorter_length_scale_starts,
 )
-from robustep.linalg import zero_below_resolution
 from robustep.posterior.factory import make_prior
 
 __all__ = ["DenseBinaryCore", "fit_dense"]
@@ -67,7 +66,7 @@ STEP_SEARCH_ADVICE = (
 
 def _numpy_kernel_gradient(kernel, X, options):
     K, K_gradient = kernel(X, eval_gradient=True)
-    return {"K": zero_below_resolution(K)}, K_gradient
+    return {"K": K}, K_gradient
 
 
 def _array_kernel_gradient(kernel, X, options):
@@ -150,8 +149,10 @@ def representation(like=None, prior="dense", method="auto") -> _Representation:
     if prior != "dense":
         raise ValueError(f"unknown prior {prior!r}; one of {', '.join(PRIORS)}")
     if like is None:
-        return _Representation("dense", {}, _numpy_kernel_gradient, _numpy_ep_gradient,
-                               _numpy_latent)  # fmt: skip
+        # K's entries below its resolution zeroed where it holds subnormal ones, whose
+        # arithmetic is slow (docs/derivations/engine_floor.md §8)
+        return _Representation("dense", {"zero_subnormal": True}, _numpy_kernel_gradient,
+                               _numpy_ep_gradient, _numpy_latent)  # fmt: skip
     return _Representation("array", {"like": like}, _array_kernel_gradient,
                            _array_ep_gradient, _array_latent)  # fmt: skip
 
@@ -177,11 +178,7 @@ class DenseBinaryCore(BinaryCore):
 
     def prior(self, kernel, built=None):
         """The prior of ``kernel`` at X in this core's representation; ``built``: the prior
-        options computed with the gradient (K, or d and U), so nothing is built twice.
-        A numpy K has its entries below the resolution of its diagonal zeroed
-        (:func:`robustep.linalg.zero_below_resolution`)."""
-        if built is None and self.rep.name == "dense":
-            built = {"K": zero_below_resolution(kernel(self.X))}
+        options computed with the gradient (K, or d and U), so nothing is built twice."""
         return make_prior(kernel, self.X, self.rep.name, **{**self.rep.options, **(built or {})})
 
     def infer(self, prior, init=None, search=False, probe=False):

@@ -10,6 +10,11 @@ it builds; :func:`register_prior` adds a representation.  Registered here:
                             only its finiteness is tested, O(n^2), as the estimators do);
                             ``K``: K itself when the caller has it already (e.g. from
                             ``kernel(X, eval_gradient=True)``), so it is not built twice.
+                            ``zero_subnormal`` (False): where K holds subnormal entries
+                            (a short length-scale), zero its entries below the resolution
+                            of its diagonal (:func:`robustep.linalg.zero_below_resolution`;
+                            in a copy of a caller's K, which is never modified), as the
+                            dense classifier does.
 ``"array"``                 :class:`ArrayPrior` of K built in an array-API library.  Option
                             ``like`` (required): an array whose namespace, dtype and device
                             K takes (:func:`robustep.kernels.array.kernel_matrix`); ``K``
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from robustep.linalg import zero_below_resolution
 from robustep.posterior.backend import ArrayPrior
 from robustep.posterior.base import GaussianPrior
 from robustep.posterior.dense import DensePrior
@@ -101,10 +107,13 @@ def make_prior(kernel, X, representation="dense", **options) -> GaussianPrior:
 
 
 # ------------------------------------------------------------------------ the builders
-def _dense(kernel, X, *, check=False, K=None):
-    if K is None:
+def _dense(kernel, X, *, check=False, K=None, zero_subnormal=False):
+    built = K is None
+    if built:
         K = kernel(np.asarray(X, dtype=float))
     K = np.asarray(K, dtype=float)
+    if zero_subnormal:  # in place in a K built here, in a copy of the caller's
+        K = zero_below_resolution(K, copy=not built)
     if not check and not np.isfinite(K).all():
         raise ValueError("K contains NaN or inf; check the kernel and its hyperparameters")
     return DensePrior(K, check=check)
