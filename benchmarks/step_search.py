@@ -43,6 +43,8 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   point (``robustep.config(search_stall_evaluations=None)``);
 * ``raw-fallback-step``: a fallback start's first step is L-BFGS-B's raw gradient, not at
   most one unit (``robustep.config(search_fallback_unit_step=False)``);
+* ``raw-first-step``: the first start's first step is L-BFGS-B's raw gradient, not at
+  most a quarter unit (``robustep.config(search_first_step=None)``);
 * ``retried-plain-proposal``: where stage "accelerated"'s memory holds no residual
   differences and the plain proposal is invalid, the proposal is evaluated three more times
   (its "pulls towards the plain proposal", which do not move it), as before the stage
@@ -64,6 +66,10 @@ Variants combine with ``+`` (``--variant raw-fallback-step+no-early-stops``).
 smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` other
 n = 2000 cells with eps equal to the flip rate, seed 5, named boundary and percentage
 (``--large xor10,smooth30``).
+
+``--config NAME=VALUE`` runs everything under ``robustep.config(NAME=VALUE)`` (a variant's
+own settings override it): ``--compare raw-first-step current --config
+search_first_step=0.1`` compares the raw first step with a first step of 0.1.
 
 ``--compare A B`` runs two variants and prints the totals of seconds and sweeps of each and,
 over the fits that end in stage "accelerated" in both (those with eps equal to the flip
@@ -123,6 +129,7 @@ VARIANTS = (
     "no-probe-patience",
     "no-stall",
     "raw-fallback-step",
+    "raw-first-step",
     "retried-plain-proposal",
 )
 
@@ -167,12 +174,12 @@ def normalised(minimise):
     fallback start (``maximise_evidence(fallback_unit_step=True)``): the same stationary
     points, and L-BFGS-B's first step (the raw gradient, where every coordinate is
     bounded) at most one unit long in each coordinate; the value it returns is rescaled."""
-    from robustep.estimators._search import _unit_first_step
+    from robustep.estimators._search import _bounded_first_step
 
     def scaled_minimise(optimizer, objective, x0, bounds, **kwargs):
         scale = [1.0]
         x, value, message = minimise(
-            optimizer, _unit_first_step(objective, scale), x0, bounds, **kwargs
+            optimizer, _bounded_first_step(objective, scale), x0, bounds, **kwargs
         )
         return x, value / scale[0], message
 
@@ -305,6 +312,8 @@ def variant(name, runs, lengths=None):
         settings.enter_context(config(search_stall_evaluations=None))
     elif name == "raw-fallback-step":
         settings.enter_context(config(search_fallback_unit_step=False))
+    elif name == "raw-first-step":
+        settings.enter_context(config(search_first_step=None))
     elif name == "retried-plain-proposal":
         saved[(accelerated, "_extrapolate")] = accelerated._extrapolate
         accelerated._extrapolate = retried_plain_proposal(accelerated._extrapolate)
@@ -554,15 +563,24 @@ def main(argv=None):
         action="store_true",
         help="what the early stops of stage accelerated would cut (no-early-stops runs)",
     )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="run under robustep.config(NAME=VALUE) (a Python literal; repeatable), e.g. "
+        "--config search_first_step=0.1; a variant's own settings override it",
+    )
     args = parser.parse_args(argv)
-    if args.residuals:
-        residuals(large=args.large)
-    elif args.fallback:
-        fallback()
-    elif args.compare:
-        compare(*args.compare, large=args.large)
-    else:
-        summary(args.variant, run(args.variant, large=args.large, show_runs=args.runs))
+    with _stress()._settings(parser, args.config):
+        if args.residuals:
+            residuals(large=args.large)
+        elif args.fallback:
+            fallback()
+        elif args.compare:
+            compare(*args.compare, large=args.large)
+        else:
+            summary(args.variant, run(args.variant, large=args.large, show_runs=args.runs))
 
 
 if __name__ == "__main__":

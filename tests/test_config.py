@@ -185,6 +185,13 @@ def test_tuning_defaults():
     with pytest.raises(ValueError, match="search_power_fallback"):
         with config(search_power_fallback="yes"):
             pass
+    assert s.search_first_step == 0.25
+    with config(search_first_step=None):
+        assert get_config().search_first_step is None
+    for bad in (0, -0.5, float("inf"), "0.25", True):
+        with pytest.raises(ValueError, match="search_first_step"):
+            with config(search_first_step=bad):
+                pass
 
 
 def _search_engine_calls(monkeypatch, **settings):

@@ -89,6 +89,27 @@ def test_stress_step_noise_cells_and_run():
     assert "| xor 20% n=30 s2=1 ell=1 | ep | 1 |" in stress.format_step_noise(table)
 
 
+def test_stress_step_noise_classifier_repeats_time_the_fastest_run(monkeypatch):
+    """--repeats: candidate "classifier" runs the probit and step fits that many times in
+    turn and divides the fastest step run by the fastest probit run."""
+    stress = _stress()
+    seen, times = [], iter([0.5, 2.0, 0.25, 3.0, 0.4, 1.5])  # probit, step, probit, ...
+    fit = stress._fit_classifier
+
+    def timed(X, y, **params):
+        seen.append(params.get("likelihood", "probit"))
+        _, est, warned = fit(X, y, **params)
+        return next(times), est, warned
+
+    monkeypatch.setattr(stress, "_fit_classifier", timed)
+    cells = [("xor", 0.2, 0.2, 30, 1, 1.0, 1.0)]
+    table = stress.run_step_noise(cells, ("classifier",), repeats=3)
+    assert seen == ["probit", "step"] * 3
+    (row,) = table.values()
+    assert row["runs"] == 1 and row["seconds"] == 1.5 and row["ratios"] == [1.5 / 0.25]
+    assert "| 6.0 | 6.0 |" in stress.format_step_noise(table)
+
+
 def test_default_chain_converges_on_every_quick_step_cell():
     """The quick cells of benchmarks/stress.py --step-noise (XOR with 20% flips, the smooth
     boundary with 10%, n in {200, 300}, five seeds, ConstantKernel(4) * RBF(0.5)): the

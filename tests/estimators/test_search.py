@@ -580,23 +580,25 @@ def test_a_stalled_start_ends_at_its_best_point():
 
 def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     """The step classifier's search passes stall=(search_stall_evaluations,
-    search_stall_step, search_ftol) and fallback_unit_step=True to maximise_evidence with
-    L-BFGS-B, neither with a user's optimizer, no stall with
-    search_stall_evaluations=None; other likelihoods neither."""
+    search_stall_step, search_ftol), fallback_unit_step=True and
+    first_step=search_first_step to maximise_evidence with L-BFGS-B, none of them with a
+    user's optimizer, no stall with search_stall_evaluations=None and no first step with
+    search_first_step=None; other likelihoods none."""
     from robustep import GPClassifier, config
     from robustep.estimators import _binary_dense
 
     seen = []
     search = _binary_dense.maximise_evidence
 
-    def spy(*args, stall=None, fallback_unit_step=False, **kwargs):
-        seen.append((stall, fallback_unit_step))
-        return search(*args, stall=stall, fallback_unit_step=fallback_unit_step, **kwargs)
+    def spy(*args, stall=None, fallback_unit_step=False, first_step=None, **kwargs):
+        seen.append((stall, fallback_unit_step, first_step))
+        return search(*args, stall=stall, fallback_unit_step=fallback_unit_step,
+                      first_step=first_step, **kwargs)  # fmt: skip
 
     monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
     X, y = _noisy_xor(60, seed=1)
     GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
-    with config(search_stall_evaluations=None):
+    with config(search_stall_evaluations=None, search_first_step=None):
         GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
 
     def few_steps(obj_func, initial_theta, bounds):
@@ -604,7 +606,12 @@ def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
 
     GPClassifier(likelihood="step", label_noise=0.2, optimizer=few_steps).fit(X, y)
     GPClassifier().fit(X, y)
-    assert seen == [((5, 1e-2, 1e-6), True), (None, True), (None, False), (None, False)]
+    assert seen == [
+        ((5, 1e-2, 1e-6), True, 0.25),
+        (None, True, None),
+        (None, False, None),
+        (None, False, None),
+    ]
 
 
 def test_a_fallback_start_takes_a_unit_first_step():
@@ -644,6 +651,46 @@ def test_unit_step_scales_every_start():
     assert calls[1][0][0] == pytest.approx(1.0)
     np.testing.assert_allclose(res.x, [30.0], atol=1e-5)
     assert res.log_evidence == pytest.approx(0.0, abs=1e-8)
+
+
+def test_first_step_bounds_the_first_step_of_the_regular_starts():
+    """first_step=h: each regular start's optimiser sees the objective scaled by
+    max(1, largest first-gradient entry / h), so L-BFGS-B's first trial lies h away
+    (60 without; a gradient already shorter than h is not scaled), to the same maximum on
+    the evidence's own scale; a fallback start keeps the unit step."""
+    for h, first_trial in ((None, 60.0), (0.25, 0.25), (100.0, 60.0)):
+        evaluate, calls = _quadratic([30.0])
+        res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], first_step=h)
+        assert calls[1][0][0] == pytest.approx(first_trial)
+        np.testing.assert_allclose(res.x, [30.0], atol=1e-5)
+        assert res.log_evidence == pytest.approx(0.0, abs=1e-8)
+    # two coordinates: the larger gradient entry's step is h
+    evaluate, calls = _quadratic([30.0, -3.0])
+    res = maximise_evidence(evaluate, np.zeros(2), [(-100.0, 100.0)] * 2, first_step=0.25)
+    np.testing.assert_allclose(calls[1][0], [0.25, -0.025])
+    np.testing.assert_allclose(res.x, [30.0, -3.0], atol=1e-5)
+    # another regular start (starts) is scaled too
+    evaluate, calls = _quadratic([30.0])
+    maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], starts=[np.array([40.0])],
+                      first_step=0.25)  # fmt: skip
+    second = [x[0] for x, _, _, start in calls if start == 1]
+    assert second[0] == 40.0 and second[1] == pytest.approx(40.0 - 0.25)
+    # a fallback start: the unit step, not h (both set)
+    calls = []
+
+    def steep(x, context):
+        calls.append(x.copy())
+        if x[0] > 0.5:
+            raise EvaluationFailed("inference did not converge")
+        d = x[0] + 2.0
+        return Evaluation(-10.0 * d * d - 5.0, np.array([-20.0 * d]), state=x.copy())
+
+    maximise_evidence(steep, np.ones(1), [(-100.0, 100.0)], fallback_starts=[np.zeros(1)],
+                      fallback_unit_step=True, first_step=0.25)  # fmt: skip
+    assert calls[1][0] == 0.0 and abs(calls[2][0]) == pytest.approx(1.0)
+    for bad in (0.0, -1.0, np.inf, np.nan):
+        with pytest.raises(ValueError, match="first_step"):
+            maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], first_step=bad)
 
 
 def test_followed_makes_the_last_starts_first_evaluation_a_probe():

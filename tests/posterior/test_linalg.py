@@ -112,8 +112,16 @@ def test_solve_A_mixed_sign():
     s = np.sqrt(np.abs(tau))
     A = np.diag(np.sign(tau) + (tau == 0)) + s[:, None] * K * s[None, :]
     b = np.random.default_rng(3).normal(size=(tau.size, 3))
+    b0 = b.copy()
     np.testing.assert_allclose(A @ post.solve_A(b), b, atol=1e-9)
     np.testing.assert_allclose(A @ post.solve_A(b[:, 0]), b[:, 0], atol=1e-9)
+    np.testing.assert_array_equal(b, b0)  # LAPACK works on copies of the caller's b
+    # every site negative (an empty positive block) and small enough for a valid posterior
+    neg = -0.01 * np.abs(tau) - 1e-3
+    post = SitePosterior(K, neg, nu)
+    s = np.sqrt(np.abs(neg))
+    A = -np.eye(neg.size) + s[:, None] * K * s[None, :]
+    np.testing.assert_allclose(A @ post.solve_A(b), b, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -402,6 +410,11 @@ def test_triangular_and_cholesky_inverse_match_lapack_and_read_the_lower_triangl
     ref = np.linalg.inv(L)
     np.testing.assert_allclose(X, ref, rtol=0, atol=1e-13 * np.abs(ref).max())
     assert not np.triu(X, 1).any()  # exactly lower triangular
+    # clean=True (L's strict upper triangle is zero, as dpotrf(clean=1) leaves it): the
+    # same result bit for bit, in the same memory order, without clearing
+    clean = triangular_inverse(L, clean=True)
+    np.testing.assert_array_equal(clean, triangular_inverse(L))
+    assert clean.flags.c_contiguous == triangular_inverse(L).flags.c_contiguous
     Binv = cholesky_inverse(L_dirty)
     ref_B = np.linalg.inv(B)
     np.testing.assert_allclose(Binv, ref_B, rtol=0, atol=1e-12 * np.abs(ref_B).max())

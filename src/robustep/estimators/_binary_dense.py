@@ -277,6 +277,7 @@ class DenseBinaryCore(BinaryCore):
         settings = get_config()
         options = warm_jump = stall = None
         first_probes = unit_step = False
+        first_step = None
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
@@ -295,6 +296,9 @@ class DenseBinaryCore(BinaryCore):
                          settings.search_ftol)  # fmt: skip
             # from a fallback start the raw first step lands on a bound where EP fails
             unit_step = settings.search_fallback_unit_step and own_optimizer
+            # an evaluation costs more sweeps the farther it lies from its warm start:
+            # a short first step (search_first_step)
+            first_step = settings.search_first_step if own_optimizer else None
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
         fallbacks = shorter_length_scale_starts(
@@ -304,7 +308,7 @@ class DenseBinaryCore(BinaryCore):
             optimizer=params.optimizer, starts=starts, options=options,
             warm_of=lambda state: self.warm_state(state[0]), fallback_starts=fallbacks,
             warm_jump=warm_jump, first_probes=first_probes, stall=stall,
-            fallback_unit_step=unit_step,
+            fallback_unit_step=unit_step, first_step=first_step,
         )  # fmt: skip
         step_auto = params.likelihood == "step" and params.method == "auto"
         power_fallback = step_auto and settings.search_power_fallback

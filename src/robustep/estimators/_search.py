@@ -254,6 +254,7 @@ def maximise_evidence(
     stall: tuple[int, float, float] | None = None,
     fallback_unit_step: bool = False,
     unit_step: bool = False,
+    first_step: float | None = None,
     followed: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
@@ -301,6 +302,14 @@ def maximise_evidence(
     unit_step : the same at every start (the step classifier's search on power EP's
         evidence, whose raw first step from length-scale 1 went almost two units of log
         length-scale away on the misspecified n = 2000 cell, to a far probe).
+    first_step : None, or a positive number h: the first start's optimiser, and those of
+        ``starts``, see the objective divided by max(1, (largest entry of the first
+        gradient) / h), so that L-BFGS-B's first step is at most h long in each
+        coordinate (where ``unit_step`` also holds, the shorter of the two).  The
+        stationary points are the same.  Where each evaluation is an iterative
+        inference warm-started from the last one, its cost grows with the distance
+        between them, and the raw first step (the gradient itself) is as long as the
+        gradient is large.
     followed : the caller runs another search where every evaluation of this one fails,
         so that a failure at the last start is not the last word either: with
         ``first_probes`` its first evaluation is a probe too.
@@ -317,10 +326,12 @@ def maximise_evidence(
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
                 first_probes=first_probes, stall=stall,
                 fallback_unit_step=fallback_unit_step, unit_step=unit_step,
-                followed=followed,
+                first_step=first_step, followed=followed,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
+    if first_step is not None and not (np.isfinite(first_step) and first_step > 0):
+        raise ValueError(f"first_step must be None or positive, got {first_step!r}")
     if stall is not None:
         count, step, rise = stall
         if not (int(count) == count >= 1 and step >= 0 and rise >= 0):
@@ -395,8 +406,11 @@ def maximise_evidence(
             return -value, -grad
 
         scale = [1.0]
-        if unit_step or (fallback_unit_step and index >= n_regular):
-            objective = _unit_first_step(objective, scale)
+        limit = 1.0 if unit_step or (fallback_unit_step and index >= n_regular) else None
+        if first_step is not None and index < n_regular:
+            limit = first_step if limit is None else min(limit, first_step)
+        if limit is not None:
+            objective = _bounded_first_step(objective, scale, limit)
         try:
             x_opt, f_opt, message = minimise(
                 optimizer, objective, start, bounds, options=options,
@@ -442,16 +456,19 @@ class _Stalled(Exception):
     (``maximise_evidence(stall=...)``)."""
 
 
-def _unit_first_step(objective, scale):
-    """``objective`` divided by ``scale[0]``, set at the first call to 1 / max(1, largest
-    entry of the gradient) (``maximise_evidence(fallback_unit_step=True)``)."""
+def _bounded_first_step(objective, scale, limit=1.0):
+    """``objective`` multiplied by ``scale[0]``, set at the first call to
+    1 / max(1, (largest entry of the gradient) / limit), so that L-BFGS-B's first step
+    is at most ``limit`` long (``maximise_evidence(fallback_unit_step=True,
+    first_step=...)``)."""
     first = [True]
 
     def scaled(x):
         value, grad = objective(x)
         if first[0]:
             first[0] = False
-            scale[0] = 1.0 / max(1.0, float(np.max(np.abs(grad), initial=0.0)))
+            largest = float(np.max(np.abs(grad), initial=0.0))
+            scale[0] = 1.0 / max(1.0, largest / limit)
         return value * scale[0], np.asarray(grad) * scale[0]
 
     return scaled
