@@ -171,7 +171,7 @@ def cells(large=False):
 def normalised(minimise):
     """``minimise`` (``robustep.estimators._optimizer.minimise``) on the objective divided by
     the largest entry of its gradient at the start (at least 1), as the library does for a
-    fallback start (``maximise_evidence(fallback_unit_step=True)``): the same stationary
+    fallback start (``maximise_evidence(fallback_first_step=1)``): the same stationary
     points, and L-BFGS-B's first step (the raw gradient, where every coordinate is
     bounded) at most one unit long in each coordinate; the value it returns is rescaled."""
     from robustep.estimators._search import _bounded_first_step
@@ -568,7 +568,7 @@ def main(argv=None):
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="run under robustep.config(NAME=VALUE) (a Python literal; repeatable), e.g. "
+        help="run under robustep.config(NAME=VALUE) (VALUE in JSON; repeatable), e.g. "
         "--config search_first_step=0.1; a variant's own settings override it",
     )
     args = parser.parse_args(argv)

@@ -46,8 +46,6 @@ sweeps and, for a chain, the stage that converged (``--candidates`` picks them,
 from __future__ import annotations
 
 import argparse
-import ast
-import contextlib
 import dataclasses
 import time
 import traceback
@@ -415,8 +413,6 @@ def _auto_accelerated(max_iter):
 def _auto_accelerated_no_after_power(max_iter):
     """``_auto_accelerated`` without stage "accelerated"'s second run from power EP's fixed
     point (``AcceleratedStage(after_power=False)``)."""
-    import dataclasses
-
     strategy = _auto_accelerated(max_iter)
     return dataclasses.replace(
         strategy, accelerated=dataclasses.replace(strategy.accelerated, after_power=False)
@@ -597,26 +593,17 @@ def format_step_noise(table):
 
 
 def _settings(parser, pairs):
-    """``robustep.config`` with the ``--config NAME=VALUE`` pairs (values as Python
-    literals), or a null context."""
+    """``robustep.config`` with the ``--config NAME=VALUE`` pairs (JSON values, as the
+    ``robustep`` command's ``--set``: ``null`` for None), or a null context."""
     from robustep import config
+    from robustep.cli import _parse_overrides
 
-    if not pairs:
-        return contextlib.nullcontext()
-    settings = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            settings[name.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            parser.error(f"--config takes NAME=VALUE with a Python literal value, got {pair!r}")
-        if not sep:
-            parser.error(f"--config takes NAME=VALUE, got {pair!r}")
     try:
+        settings = _parse_overrides(pairs, flag="--config")
         with config(**settings):  # settings are checked on entry
             pass
     except (TypeError, ValueError) as error:
-        parser.error(f"--config: {error}")
+        parser.error(str(error))
     return config(**settings)
 
 
@@ -657,8 +644,8 @@ def main(argv=None):
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="--step-noise: run under robustep.config(NAME=VALUE) (a Python literal; "
-        "repeatable), e.g. --config search_first_step=None",
+        help="--step-noise: run under robustep.config(NAME=VALUE) (VALUE in JSON; "
+        "repeatable), e.g. --config search_first_step=null",
     )
     parser.add_argument(
         "--methods", default=None, help="comma-separated: run the cells of these methods only"

@@ -147,7 +147,7 @@ class Settings:
         and its search on power EP's evidence (``search_power_fallback``),
         takes a first step of at most one unit of a log hyperparameter: its optimiser sees
         the evidence divided by the largest entry of the first gradient
-        (``maximise_evidence(fallback_unit_step=True)``).  From the fallback starts the
+        (``maximise_evidence(fallback_first_step=1)``).  From the fallback starts the
         evidence is steep, and L-BFGS-B's first step, the raw gradient, landed on the
         length-scale's bound (10⁵) and then on other far points where EP fails
         (docs/reliability.md, "Cost of the step classifier": ``python
@@ -159,8 +159,8 @@ class Settings:
         evidence divided by max(1, largest entry of the first gradient / this)
         (``maximise_evidence(first_step=...)``); the stationary points are the same.
         Each evaluation is EP warm-started from a nearby one, and costs more sweeps the
-        farther it lies; L-BFGS-B's raw first step, the gradient itself, went 2-5 units
-        of log length-scale away, and the search then came back.  On the 42 fits of
+        farther it lies; L-BFGS-B's raw first step, the gradient itself, went up to 5.8
+        units of log length-scale away, and the search then came back.  On the 42 fits of
         ``benchmarks/step_search.py`` a quarter unit takes 4355 posterior
         factorisations instead of 5701, to the same optima (length-scale within 0.9%,
         log evidence within 2.5e-4) except one misspecified fit, which ends at the

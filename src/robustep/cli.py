@@ -166,21 +166,22 @@ def _cmd_list() -> int:
     return 0
 
 
-def _parse_overrides(items: Sequence[str]) -> dict:
-    """``["key=json", ...]`` -> dict; a VALUE that is not JSON is taken as a string."""
+def _parse_overrides(items: Sequence[str], flag: str = "--set") -> dict:
+    """``["key=json", ...]`` -> dict; a VALUE that is not JSON is taken as a string.
+    ``flag``: the option the items came from, named in the error messages."""
     overrides = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+            raise ValueError(f"{flag} expects KEY=VALUE, got {item!r}")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
             if raw.strip()[:1] in set('[{"-.0123456789') or not raw.strip():
                 raise ValueError(
-                    f"--set {item!r}: VALUE is not valid JSON ({exc.msg} at character "
-                    f"{exc.pos}); write e.g. --set splits=20, --set 'powers=[0.5, 0.8]' "
-                    "or --set 'datasets=[\"pima\"]' (strings inside lists are quoted)"
+                    f"{flag} {item!r}: VALUE is not valid JSON ({exc.msg} at character "
+                    f"{exc.pos}); write e.g. {flag} splits=20, {flag} 'powers=[0.5, 0.8]' "
+                    f"or {flag} 'datasets=[\"pima\"]' (strings inside lists are quoted)"
                 ) from None
             value = raw  # a bare word is taken as a string: --set dataset=pima
         overrides[key.strip()] = value

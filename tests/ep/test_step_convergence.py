@@ -110,6 +110,24 @@ def test_stress_step_noise_classifier_repeats_time_the_fastest_run(monkeypatch):
     assert "| 6.0 | 6.0 |" in stress.format_step_noise(table)
 
 
+def test_stress_config_option_sets_robustep_config_for_the_run():
+    """--config NAME=VALUE (JSON values, as the robustep command's --set): the run is under
+    robustep.config(NAME=VALUE); a malformed pair or a bad setting is a usage error."""
+    import argparse
+
+    from robustep import get_config
+
+    stress, parser = _stress(), argparse.ArgumentParser()
+    with stress._settings(parser, ["search_first_step=null", "search_tol=0.02"]):
+        assert get_config().search_first_step is None and get_config().search_tol == 0.02
+    assert get_config().search_first_step == 0.25
+    with stress._settings(parser, []):
+        assert get_config().search_first_step == 0.25
+    for bad in ("search_first_step", "nonsense=1", "search_first_step=-1", "search_tol=[1"):
+        with pytest.raises(SystemExit):
+            stress._settings(parser, [bad])
+
+
 def test_default_chain_converges_on_every_quick_step_cell():
     """The quick cells of benchmarks/stress.py --step-noise (XOR with 20% flips, the smooth
     boundary with 10%, n in {200, 300}, five seeds, ConstantKernel(4) * RBF(0.5)): the
@@ -461,6 +479,31 @@ def test_a_step_search_where_ep_fails_everywhere_runs_on_power_eps_evidence():
     assert est.log_marginal_likelihood(est.kernel_.theta) == pytest.approx(
         est.log_marginal_likelihood_value_, abs=1e-3
     )
+
+
+def test_the_power_eps_search_first_step_is_at_most_the_fallback_unit(monkeypatch):
+    """The search on power EP's evidence bounds its first start's first step by the
+    shorter of search_first_step and the fallback starts' unit step; the EP search before
+    it by search_first_step alone; both bound their fallback starts' by the unit."""
+    from robustep import GPClassifier, config
+    from robustep.estimators import _binary_dense
+
+    seen = []
+    search = _binary_dense.maximise_evidence
+
+    def spy(*args, first_step=None, fallback_first_step=None, **kwargs):
+        seen.append((first_step, fallback_first_step))
+        return search(*args, first_step=first_step, fallback_first_step=fallback_first_step,
+                      **kwargs)  # fmt: skip
+
+    monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
+    X, y = load_benchmark("stress", "_stress_power_first_step").step_noise_data("xor", 80, 0.2, 1)
+    for first, expected in ((0.25, [(0.25, 1.0), (0.25, 1.0)]), (None, [(None, 1.0), (1.0, 1.0)])):
+        seen.clear()
+        with config(search_fallback_starts=0, search_first_step=first):
+            est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+        assert est.optimizer_result_.approximation == "power"
+        assert seen == expected
 
 
 def test_power_ep_evidence_gradient_on_the_step_likelihood():

@@ -580,7 +580,7 @@ def test_a_stalled_start_ends_at_its_best_point():
 
 def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     """The step classifier's search passes stall=(search_stall_evaluations,
-    search_stall_step, search_ftol), fallback_unit_step=True and
+    search_stall_step, search_ftol), fallback_first_step=1 (search_fallback_unit_step) and
     first_step=search_first_step to maximise_evidence with L-BFGS-B, none of them with a
     user's optimizer, no stall with search_stall_evaluations=None and no first step with
     search_first_step=None; other likelihoods none."""
@@ -590,9 +590,9 @@ def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     seen = []
     search = _binary_dense.maximise_evidence
 
-    def spy(*args, stall=None, fallback_unit_step=False, first_step=None, **kwargs):
-        seen.append((stall, fallback_unit_step, first_step))
-        return search(*args, stall=stall, fallback_unit_step=fallback_unit_step,
+    def spy(*args, stall=None, fallback_first_step=None, first_step=None, **kwargs):
+        seen.append((stall, fallback_first_step, first_step))
+        return search(*args, stall=stall, fallback_first_step=fallback_first_step,
                       first_step=first_step, **kwargs)  # fmt: skip
 
     monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
@@ -607,19 +607,19 @@ def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     GPClassifier(likelihood="step", label_noise=0.2, optimizer=few_steps).fit(X, y)
     GPClassifier().fit(X, y)
     assert seen == [
-        ((5, 1e-2, 1e-6), True, 0.25),
-        (None, True, None),
-        (None, False, None),
-        (None, False, None),
+        ((5, 1e-2, 1e-6), 1.0, 0.25),
+        (None, 1.0, None),
+        (None, None, None),
+        (None, None, None),
     ]
 
 
 def test_a_fallback_start_takes_a_unit_first_step():
-    """fallback_unit_step: the first start fails (inference fails for x > 0.5, where it
+    """fallback_first_step=1: the first start fails (inference fails for x > 0.5, where it
     starts); the fallback start's optimiser sees the objective scaled by its first
     gradient, so L-BFGS-B's first trial is at most one unit away (40 without), and the
     search ends at the same maximum with the evidence on its own scale."""
-    for unit, first_step in ((False, 40.0), (True, 1.0)):
+    for unit, first_step in ((None, 40.0), (1.0, 1.0)):
         calls = []
 
         def steep(x, context, calls=calls):
@@ -631,7 +631,7 @@ def test_a_fallback_start_takes_a_unit_first_step():
 
         res = maximise_evidence(
             steep, np.ones(1), [(-100.0, 100.0)], fallback_starts=[np.zeros(1)],
-            fallback_unit_step=unit,
+            fallback_first_step=unit,
         )  # fmt: skip
         assert calls[0][0] == 1.0 and calls[1][0] == 0.0 and res.n_starts == 2
         assert abs(calls[2][0] - calls[1][0]) == pytest.approx(first_step)
@@ -639,15 +639,15 @@ def test_a_fallback_start_takes_a_unit_first_step():
         assert res.log_evidence == pytest.approx(-5.0, abs=1e-8)
     # a regular start is not scaled
     evaluate, calls = _quadratic([30.0])
-    maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], fallback_unit_step=True)
+    maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], fallback_first_step=1.0)
     assert calls[1][0][0] == pytest.approx(60.0)
 
 
-def test_unit_step_scales_every_start():
-    """unit_step: the first start's optimiser too sees the objective scaled by its first
+def test_unit_first_step_at_the_first_start():
+    """first_step=1: the first start's optimiser too sees the objective scaled by its first
     gradient (L-BFGS-B's first trial one unit away instead of 60), to the same maximum."""
     evaluate, calls = _quadratic([30.0])
-    res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], unit_step=True)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], first_step=1.0)
     assert calls[1][0][0] == pytest.approx(1.0)
     np.testing.assert_allclose(res.x, [30.0], atol=1e-5)
     assert res.log_evidence == pytest.approx(0.0, abs=1e-8)
@@ -657,7 +657,7 @@ def test_first_step_bounds_the_first_step_of_the_regular_starts():
     """first_step=h: each regular start's optimiser sees the objective scaled by
     max(1, largest first-gradient entry / h), so L-BFGS-B's first trial lies h away
     (60 without; a gradient already shorter than h is not scaled), to the same maximum on
-    the evidence's own scale; a fallback start keeps the unit step."""
+    the evidence's own scale; a fallback start takes fallback_first_step's."""
     for h, first_trial in ((None, 60.0), (0.25, 0.25), (100.0, 60.0)):
         evaluate, calls = _quadratic([30.0])
         res = maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], first_step=h)
@@ -675,7 +675,7 @@ def test_first_step_bounds_the_first_step_of_the_regular_starts():
                       first_step=0.25)  # fmt: skip
     second = [x[0] for x, _, _, start in calls if start == 1]
     assert second[0] == 40.0 and second[1] == pytest.approx(40.0 - 0.25)
-    # a fallback start: the unit step, not h (both set)
+    # a fallback start: fallback_first_step, not h (both set)
     calls = []
 
     def steep(x, context):
@@ -686,11 +686,12 @@ def test_first_step_bounds_the_first_step_of_the_regular_starts():
         return Evaluation(-10.0 * d * d - 5.0, np.array([-20.0 * d]), state=x.copy())
 
     maximise_evidence(steep, np.ones(1), [(-100.0, 100.0)], fallback_starts=[np.zeros(1)],
-                      fallback_unit_step=True, first_step=0.25)  # fmt: skip
+                      fallback_first_step=1.0, first_step=0.25)  # fmt: skip
     assert calls[1][0] == 0.0 and abs(calls[2][0]) == pytest.approx(1.0)
     for bad in (0.0, -1.0, np.inf, np.nan):
-        with pytest.raises(ValueError, match="first_step"):
-            maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], first_step=bad)
+        for name in ("first_step", "fallback_first_step"):
+            with pytest.raises(ValueError, match=name):
+                maximise_evidence(evaluate, np.zeros(1), [(-100.0, 100.0)], **{name: bad})
 
 
 def test_followed_makes_the_last_starts_first_evaluation_a_probe():

@@ -134,6 +134,10 @@ def test_quadratic_forms_match_dense_inverse(name):
     X = np.random.default_rng(4).normal(size=(tau.size, 5))
     expected = np.einsum("ij,ij->j", X, np.linalg.solve(A, X))
     np.testing.assert_allclose(post.quadratic_forms(X), expected, rtol=1e-8, atol=1e-10)
+    # a Fortran-ordered X, which LAPACK could overwrite in place, is left as it was
+    X_f = np.asfortranarray(X)
+    np.testing.assert_allclose(post.quadratic_forms(X_f), expected, rtol=1e-8, atol=1e-10)
+    np.testing.assert_array_equal(X_f, X)
 
 
 @pytest.mark.parametrize("name", ["positive", "mixed", "zero"])

@@ -276,8 +276,8 @@ class DenseBinaryCore(BinaryCore):
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
         settings = get_config()
         options = warm_jump = stall = None
-        first_probes = unit_step = False
-        first_step = None
+        first_probes = False
+        first_step = fallback_step = None
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
@@ -294,11 +294,12 @@ class DenseBinaryCore(BinaryCore):
             if settings.search_stall_evaluations and own_optimizer:
                 stall = (settings.search_stall_evaluations, settings.search_stall_step,
                          settings.search_ftol)  # fmt: skip
-            # from a fallback start the raw first step lands on a bound where EP fails
-            unit_step = settings.search_fallback_unit_step and own_optimizer
-            # an evaluation costs more sweeps the farther it lies from its warm start:
-            # a short first step (search_first_step)
-            first_step = settings.search_first_step if own_optimizer else None
+            if own_optimizer:
+                # an evaluation costs more sweeps the farther it lies from its warm start:
+                # a short first step (search_first_step); from a fallback start the raw
+                # first step lands on a bound where EP fails (search_fallback_unit_step)
+                first_step = settings.search_first_step
+                fallback_step = 1.0 if settings.search_fallback_unit_step else None
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
         fallbacks = shorter_length_scale_starts(
@@ -308,7 +309,7 @@ class DenseBinaryCore(BinaryCore):
             optimizer=params.optimizer, starts=starts, options=options,
             warm_of=lambda state: self.warm_state(state[0]), fallback_starts=fallbacks,
             warm_jump=warm_jump, first_probes=first_probes, stall=stall,
-            fallback_unit_step=unit_step, first_step=first_step,
+            first_step=first_step, fallback_first_step=fallback_step,
         )  # fmt: skip
         step_auto = params.likelihood == "step" and params.method == "auto"
         power_fallback = step_auto and settings.search_power_fallback
@@ -323,9 +324,10 @@ class DenseBinaryCore(BinaryCore):
         # points exist at the longer length-scales where EP's can be missing
         # (search_power_fallback; docs/reliability.md, "Cost of the step classifier")
         self.power_search = True
-        power = maximise_evidence(
-            evaluate, self.kernel.theta, bounds, unit_step=unit_step, **search
-        )
+        # its first start's first step too is at most the fallback starts' unit
+        bounded = [h for h in (first_step, fallback_step) if h is not None]
+        search["first_step"] = min(bounded, default=None)
+        power = maximise_evidence(evaluate, self.kernel.theta, bounds, **search)
         return after_failed_search(result, power, "power")
 
     def finite_or_prior(self, res, prior):

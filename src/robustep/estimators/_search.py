@@ -252,9 +252,8 @@ def maximise_evidence(
     warm_jump: float | None = None,
     first_probes: bool = False,
     stall: tuple[int, float, float] | None = None,
-    fallback_unit_step: bool = False,
-    unit_step: bool = False,
     first_step: float | None = None,
+    fallback_first_step: float | None = None,
     followed: bool = False,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
@@ -294,22 +293,16 @@ def maximise_evidence(
         ``rise * max(1, |best|)``: the optimiser is chasing the noise of an evidence
         computed to a search tolerance (L-BFGS-B's failing line searches), and the best
         point is kept.
-    fallback_unit_step : a fallback start's optimiser sees the objective divided by the
-        largest entry of its first gradient (at least 1): the same stationary points, and
-        L-BFGS-B's first step, the raw gradient where every coordinate is bounded, at most
-        one unit long.  Inference failed at the first start; from a fallback start the
-        evidence is steep and the raw step lands on a bound, where it fails too.
-    unit_step : the same at every start (the step classifier's search on power EP's
-        evidence, whose raw first step from length-scale 1 went almost two units of log
-        length-scale away on the misspecified n = 2000 cell, to a far probe).
-    first_step : None, or a positive number h: the first start's optimiser, and those of
-        ``starts``, see the objective divided by max(1, (largest entry of the first
-        gradient) / h), so that L-BFGS-B's first step is at most h long in each
-        coordinate (where ``unit_step`` also holds, the shorter of the two).  The
-        stationary points are the same.  Where each evaluation is an iterative
-        inference warm-started from the last one, its cost grows with the distance
-        between them, and the raw first step (the gradient itself) is as long as the
-        gradient is large.
+    first_step : None, or a positive number h: the optimiser of the first start, and
+        those of ``starts``, see the objective divided by max(1, (largest entry of the
+        first gradient) / h), so that L-BFGS-B's first step, the raw gradient where every
+        coordinate is bounded, is at most h long in each coordinate.  The stationary
+        points are the same.  Where each evaluation is an iterative inference
+        warm-started from an earlier one, its cost grows with the distance between them,
+        and the raw first step is as long as the gradient is large.
+    fallback_first_step : the same for the fallback starts.  Inference failed at the first
+        start; from a fallback start the evidence is steep and the raw step lands on a
+        bound, where it fails too.
     followed : the caller runs another search where every evaluation of this one fails,
         so that a failure at the last start is not the last word either: with
         ``first_probes`` its first evaluation is a probe too.
@@ -324,14 +317,14 @@ def maximise_evidence(
                 evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm=warm,
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
-                first_probes=first_probes, stall=stall,
-                fallback_unit_step=fallback_unit_step, unit_step=unit_step,
-                first_step=first_step, followed=followed,
+                first_probes=first_probes, stall=stall, first_step=first_step,
+                fallback_first_step=fallback_first_step, followed=followed,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
-    if first_step is not None and not (np.isfinite(first_step) and first_step > 0):
-        raise ValueError(f"first_step must be None or positive, got {first_step!r}")
+    for name, h in (("first_step", first_step), ("fallback_first_step", fallback_first_step)):
+        if h is not None and not (np.isfinite(h) and h > 0):
+            raise ValueError(f"{name} must be None or positive, got {h!r}")
     if stall is not None:
         count, step, rise = stall
         if not (int(count) == count >= 1 and step >= 0 and rise >= 0):
@@ -406,9 +399,7 @@ def maximise_evidence(
             return -value, -grad
 
         scale = [1.0]
-        limit = 1.0 if unit_step or (fallback_unit_step and index >= n_regular) else None
-        if first_step is not None and index < n_regular:
-            limit = first_step if limit is None else min(limit, first_step)
+        limit = first_step if index < n_regular else fallback_first_step
         if limit is not None:
             objective = _bounded_first_step(objective, scale, limit)
         try:
@@ -459,8 +450,8 @@ class _Stalled(Exception):
 def _bounded_first_step(objective, scale, limit=1.0):
     """``objective`` multiplied by ``scale[0]``, set at the first call to
     1 / max(1, (largest entry of the gradient) / limit), so that L-BFGS-B's first step
-    is at most ``limit`` long (``maximise_evidence(fallback_unit_step=True,
-    first_step=...)``)."""
+    is at most ``limit`` long (``maximise_evidence(first_step=...,
+    fallback_first_step=...)``)."""
     first = [True]
 
     def scaled(x):

@@ -32,7 +32,6 @@ cancels, and those variances are computed from the explicit formula
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 from scipy.linalg import blas, lapack
 
 from robustep.kernels.gradient import as_kernel_gradient, contract_kernel_gradient
@@ -50,13 +49,14 @@ from robustep.posterior.base import GaussianPrior, SitePosterior
 _CANCELLATION_THRESHOLD = 1e-6
 
 
-def _triangular_solve(L, b, trans=0):
-    """L^-1 b (``trans`` 0) or L^-T b (1) for a lower-triangular L (k, k) and b (k,) or
-    (k, m), by LAPACK ``dtrtrs`` (what ``scipy.linalg.solve_triangular`` runs); b may be
-    overwritten."""
+def _triangular_solve(L, b, trans=0, overwrite=False):
+    """L^-1 b (``trans`` 0) or L^-T b (1) for a lower-triangular Fortran-ordered L (k, k)
+    (a factor of ``dpotrf``) and b (k,) or (k, m), by LAPACK ``dtrtrs``, which
+    ``scipy.linalg.solve_triangular`` runs after checks that cost about 15 us a call (several
+    calls per sweep at n ~ 200); ``overwrite``: b is a temporary that may hold the result."""
     if b.size == 0:
         return np.array(b, dtype=float)
-    x, info = lapack.dtrtrs(L, b, lower=1, trans=trans, overwrite_b=1)
+    x, info = lapack.dtrtrs(L, b, lower=1, trans=trans, overwrite_b=int(overwrite))
     if info != 0:
         raise np.linalg.LinAlgError(f"singular triangular factor (dtrtrs info={info})")
     return x
@@ -246,16 +246,14 @@ class DenseSitePosterior(SitePosterior):
             return x
         x = np.empty_like(b)
         b1, b2 = b[P], b[N]
-        # LAPACK directly, as SciPy's solve_triangular and cho_solve call it, without
-        # their wrappers (about 15 us a call, several per sweep at n ~ 200)
-        z1 = _triangular_solve(L1, b1)
+        z1 = _triangular_solve(L1, b1, overwrite=True)  # (cho_solve's dpotrs below too)
         # Schur complement of the P block is -L2 L2^T.
         r = b2 - blas_matmul(self._G.T, z1)
         x2, info = lapack.dpotrs(self._L2, r, lower=1, overwrite_b=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"dpotrs failed (info={info})")
         x2 = -x2
-        x1 = _triangular_solve(L1, z1 - blas_matmul(self._G, x2), trans=1)
+        x1 = _triangular_solve(L1, z1 - blas_matmul(self._G, x2), trans=1, overwrite=True)
         x[P], x[N] = x1, x2
         return x
 
@@ -298,7 +296,7 @@ class DenseSitePosterior(SitePosterior):
 
         def forward(L, Linv, B):  # L^-1 B
             if Linv is None:
-                return scipy.linalg.solve_triangular(L, B, lower=True, check_finite=False)
+                return _triangular_solve(L, B)
             return blas.dtrmm(1.0, Linv, B, lower=1)
 
         L1inv, L2inv = inverses or (None, None)
@@ -381,9 +379,7 @@ class DenseSitePosterior(SitePosterior):
         if self._all_positive:
             return B1inv
         L2inv = triangular_inverse(self._L2)
-        H = scipy.linalg.solve_triangular(  # B1^-1 C = L1^-T G, (n_P, n_N)
-            self._L1, self._G, lower=True, trans=1, check_finite=False
-        )
+        H = _triangular_solve(self._L1, self._G, trans=1)  # B1^-1 C = L1^-T G, (n_P, n_N)
         Hl = L2inv @ H.T  # L2^-1 H^T, (n_N, n_P)
         Ainv = np.empty((self.K.shape[0],) * 2)
         Ainv[np.ix_(P, P)] = B1inv - Hl.T @ Hl
