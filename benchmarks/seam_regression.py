@@ -171,6 +171,19 @@ def _classifier_cases():
                 y,
                 X_test,
             )
+            cases[f"gpc/sparse-a{alpha}/step/auto/{tag}"] = (
+                GPClassifier(
+                    inducing_points=8,
+                    inducing_power=alpha,
+                    likelihood="step",
+                    label_noise=0.1,
+                    optimizer=optimizer,
+                    **base,
+                ),  # fmt: skip
+                X,
+                y,
+                X_test,
+            )
         cases[f"gpc/multinomial/probit/auto/{tag}"] = (
             GPClassifier(optimizer=optimizer, **base),
             Xm,

@@ -109,3 +109,37 @@ def test_auto_grid_quick_converges_without_warning():
         out = grid.run_one(make, X, y, new=True)
         assert out["converged"], (problem, label, out)
         assert not out["warned"], (problem, label, out)
+
+
+def test_chain_power_runs_every_stage_at_that_power():
+    """run_chain(power=α): each stage looks for power EP's fixed point (the pseudo-point
+    posterior's chain), the one damped power-EP sweeps reach."""
+    import dataclasses
+
+    import pytest
+
+    from robustep.ep import InferenceStrategy, run_chain
+    from robustep.likelihoods import NoisyStep
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, size=(60, 2))
+    y = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    y[rng.random(60) < 0.2] *= -1
+    K = (ConstantKernel(2.0) * RBF(0.7))(X)
+    lik = NoisyStep(0.2)
+    reference = expectation_propagation(K, y, lik, power=0.5, damping=0.5, tol=1e-10,
+                                        max_iter=5000)  # fmt: skip
+    assert reference.converged
+    auto = InferenceStrategy.auto(1000, trial_damping=0.5, accelerate=True)
+    for stages in (("accelerated",), ("ep",), ("damped",), ("double_loop",)):
+        res = run_chain(K, y, lik, dataclasses.replace(auto, stages=stages), power=0.5, tol=1e-10)
+        assert res.converged and res.method_used == stages[0]
+        np.testing.assert_allclose(res.log_Z, reference.log_Z, rtol=1e-9)
+        np.testing.assert_allclose(res.mean, reference.mean, rtol=1e-7, atol=1e-9)
+    # power 1 (the default) is EP's fixed point, not power EP's
+    ep = run_chain(K, y, lik, dataclasses.replace(auto, stages=("accelerated",)), tol=1e-10)
+    assert abs(ep.log_Z - reference.log_Z) > 1e-3
+    with pytest.raises(ValueError, match="power must be in"):
+        run_chain(K, y, lik, auto, power=0.0)
+    with pytest.raises(ValueError, match="stage 'power'"):
+        run_chain(K, y, lik, auto, power=0.5)

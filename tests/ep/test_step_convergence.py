@@ -107,7 +107,26 @@ def test_stress_step_noise_classifier_repeats_time_the_fastest_run(monkeypatch):
     assert seen == ["probit", "step"] * 3
     (row,) = table.values()
     assert row["runs"] == 1 and row["seconds"] == 1.5 and row["ratios"] == [1.5 / 0.25]
-    assert "| 6.0 | 6.0 |" in stress.format_step_noise(table)
+    assert "| 6 | 6 |" in stress.format_step_noise(table)
+
+
+def test_stress_step_noise_sparse_classifier_fits_both_with_inducing_points(monkeypatch):
+    """Candidate "sparse classifier": the step fit and its probit fit both with
+    inducing_points=64, random_state=0."""
+    stress = _stress()
+    seen = []
+
+    def recorded(X, y, **params):
+        seen.append(params)
+        est = stress.GPClassifier(**params, optimizer=None).fit(X, y)
+        return 1.0 if "likelihood" in params else 2.0, est, False
+
+    monkeypatch.setattr(stress, "_fit_classifier", recorded)
+    table = stress.run_step_noise([("xor", 0.2, 0.2, 80, 1, 1.0, 1.0)], ("sparse classifier",))
+    common = {"inducing_points": 64, "random_state": 0}
+    assert seen == [common, {"likelihood": "step", "label_noise": 0.2, **common}]
+    (row,) = table.values()
+    assert row["converged"] == 1 and row["ratios"] == [0.5]
 
 
 def test_stress_config_option_sets_robustep_config_for_the_run():

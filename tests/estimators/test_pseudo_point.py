@@ -428,3 +428,181 @@ def test_classifier_inducing_power_multiclass_and_dask():
         GPClassifier(inducing_points=5, inducing_power=0.5, optimizer=None).fit(
             da.from_array(X, chunks=(15, 1)), (y > 0).astype(int)
         )
+
+
+# ------------------------------------------------- the label-noise step likelihood, α < 1
+def _noisy_boundary(n=400, seed=1, m=16):
+    """A smooth boundary with 20% flipped labels and m inducing inputs drawn from X, on
+    which one undamped power-EP run (α = 0.5, the starting kernel) does not converge in
+    300 sweeps."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    y = np.where(np.sin(2 * X[:, 0]) + X[:, 1] > 0, 1.0, -1.0)
+    y[rng.random(n) < 0.2] *= -1
+    return X, y, X[rng.choice(n, m, replace=False)]
+
+
+def _step_chain(max_iter=1000):
+    import dataclasses
+
+    from robustep.ep import InferenceStrategy
+
+    strategy = InferenceStrategy.auto(max_iter, trial_damping=0.5, accelerate=True,
+                                      tol_units="marginal")  # fmt: skip
+    return dataclasses.replace(strategy, stages=("accelerated", "damped"))
+
+
+def test_step_chain_converges_where_one_undamped_run_does_not():
+    from robustep.likelihoods import NoisyStep
+
+    X, y, Z = _noisy_boundary()
+    prior = FITCPrior.from_kernel(ConstantKernel(1.0) * RBF(1.0), X, Z, jitter=1e-6)
+    lik = NoisyStep(0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = pseudo_point_power_ep(prior, y, lik, inducing_power=0.5, max_iter=300, tol=1e-4)
+    assert not plain.converged
+    chained = pseudo_point_power_ep(prior, y, lik, inducing_power=0.5, strategy=_step_chain(),
+                                    tol=1e-8)  # fmt: skip
+    assert chained.converged and chained.method_used == "accelerated"
+    assert chained.inducing_power == 0.5 and chained.n_iter < 300
+    # the same fixed point as heavily damped power EP at α = 0.5 (the engine's own sweeps)
+    damped = _pep(prior, y, lik, 0.5, damping=0.8, tol=1e-8, tol_units="marginal")
+    np.testing.assert_allclose(chained.log_Z, damped.log_Z, rtol=1e-9)
+    np.testing.assert_allclose(chained.mean, damped.mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(chained.var, damped.var, rtol=1e-6)
+    # the latent view keeps the chain's report
+    view = chained.latent_view()
+    assert view.method_used == "accelerated" and view.methods_tried == chained.methods_tried
+
+
+def test_step_chain_options():
+    from robustep.likelihoods import NoisyStep
+
+    X, y = _classification(n=30)
+    prior = FITCPrior.from_kernel(KERNEL, X, Z6, jitter=1e-6)
+    with pytest.raises(ValueError, match="only tol and init"):
+        pseudo_point_power_ep(prior, y, NoisyStep(0.1), inducing_power=0.5,
+                              strategy=_step_chain(), damping=0.5)  # fmt: skip
+    import dataclasses
+
+    with_power = dataclasses.replace(_step_chain(), stages=("accelerated", "power"))
+    with pytest.raises(ValueError, match="stage 'power'"):
+        pseudo_point_power_ep(prior, y, NoisyStep(0.1), inducing_power=0.5, strategy=with_power)
+    # at α = 1 the chain's power is EP's, and stage "power" is allowed
+    res = pseudo_point_power_ep(prior, y, NoisyStep(0.1), inducing_power=1.0,
+                                strategy=with_power, tol=1e-8)  # fmt: skip
+    assert res.converged and res.method_used == "accelerated"
+
+
+def test_step_classifier_alpha_below_one_converges_with_kernel_optimised():
+    from robustep.estimators import GPClassifier
+
+    X, y, Z = _noisy_boundary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z,
+                           optimize_inducing=False, inducing_power=0.5).fit(X, y)  # fmt: skip
+    assert clf.converged_ and clf.method_used_ == "accelerated"
+    assert clf.optimizer_result_.success
+    assert abs(clf.kernel_.k2.length_scale - 1.0) > 0.05  # the kernel left its start
+    # the fit is power EP's fixed point at the learned kernel, to the estimator's tol
+    theta = clf.kernel_.theta
+    value = clf.log_marginal_likelihood(theta)
+    assert abs(value - clf.log_marginal_likelihood_value_) < 1e-2
+    # a maximum of the full-tolerance evidence, up to the search tolerance: no point of a
+    # grid around it is 0.01 nats higher (the curvature there is ~20 nats per unit²)
+    around = [clf.log_marginal_likelihood(theta + d) for d in (-0.1, -0.05, 0.05, 0.1)]
+    assert max(around) < value + 1e-2 and max(around) > value - 0.5
+    # the default (inducing inputs optimised, α "auto") takes the same chain
+    auto = GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z,
+                        random_state=0).fit(X, y)  # fmt: skip
+    assert auto.inducing_power_ < 1 and auto.converged_ and auto.method_used_ == "accelerated"
+
+
+def test_step_classifier_search_evaluations_use_search_stages(monkeypatch):
+    from robustep.estimators import GPClassifier, _binary_sparse
+
+    X, y, Z = _noisy_boundary(n=120, seed=0, m=8)
+    calls = []
+    step_strategy = _binary_sparse.SparseBinaryCore.step_strategy
+
+    def recorded(self, search=False):
+        strategy = step_strategy(self, search)
+        calls.append((search, strategy.stages, strategy.damped_tol))
+        return strategy
+
+    monkeypatch.setattr(_binary_sparse.SparseBinaryCore, "step_strategy", recorded)
+    GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z, optimize_inducing=False,
+                 inducing_power=0.5).fit(X, y)  # fmt: skip
+    from robustep import get_config
+
+    searched = [c for c in calls if c[0]]
+    assert searched and all(c[1:] == (("accelerated",), get_config().search_tol) for c in searched)
+    assert calls[-1] == (False, ("accelerated", "damped", "double_loop"), None)  # final fit
+    # the probit likelihood keeps the engine's run
+    calls.clear()
+    GPClassifier(inducing_points=Z, inducing_power=0.5, optimize_inducing=False).fit(X, y)
+    assert calls == []
+
+
+def test_step_classifier_falls_back_to_shorter_length_scales(monkeypatch):
+    """A first search evaluation that fails starts the sparse step search again from the
+    length-scales times search_fallback_factor (as the dense step classifier's)."""
+    from robustep.estimators import GPClassifier, _binary_sparse
+
+    X, y, Z = _noisy_boundary(n=120, seed=0, m=8)
+    infer = _binary_sparse.SparseBinaryCore.infer
+    tried, inputs = [], []
+
+    def failing_at_long_scales(self, kernel, Z, init=None, search=False):
+        res = infer(self, kernel, Z, init, search)
+        if search:
+            tried.append(kernel.k2.length_scale)
+            inputs.append(np.array(Z))
+            if kernel.k2.length_scale > 0.5:  # as EP fails under long length-scales
+                res.converged = False
+        return res
+
+    monkeypatch.setattr(_binary_sparse.SparseBinaryCore, "infer", failing_at_long_scales)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z,
+                           inducing_power=0.5).fit(X, y)  # fmt: skip
+    np.testing.assert_allclose(tried[:2], [1.0, 0.25])
+    assert clf.converged_ and clf.optimizer_result_.n_failures >= 1
+    assert clf.kernel_.k2.length_scale <= 0.5
+    # the fallback start keeps the inducing inputs where the first one began
+    np.testing.assert_array_equal(inputs[1], inputs[0])
+    np.testing.assert_array_equal(inputs[0], Z)
+    # the probit likelihood keeps its one start: its search stops at the failure
+    tried.clear()
+    with pytest.warns(ConvergenceWarning, match="kept at their starting values") as caught:
+        GPClassifier(inducing_points=Z, inducing_power=0.5, optimize_inducing=False).fit(X, y)
+    assert tried == [1.0]
+    # the advice does not suggest the inducing power the fit has already
+    assert not any("inducing_power=0.5" in str(w.message) for w in caught)
+
+
+def test_step_classifier_fitc_search_runs_search_stages(monkeypatch):
+    """At α = 1 (FITC-EP) the step classifier's search evaluations run the dense
+    classifier's search stages (search=True); the final fit and the probit likelihood
+    do not."""
+    from robustep.estimators import GPClassifier, _binary_sparse
+
+    X, y, Z = _noisy_boundary(n=120, seed=0, m=8)
+    run = _binary_sparse.run_inference
+    flags = []
+
+    def recorded(params, prior, y, likelihood, init=None, search=False, **kwargs):
+        flags.append((params.likelihood, search))
+        return run(params, prior, y, likelihood, init, search, **kwargs)
+
+    monkeypatch.setattr(_binary_sparse, "run_inference", recorded)
+    clf = GPClassifier(likelihood="step", label_noise=0.2, inducing_points=Z,
+                       optimize_inducing=False).fit(X, y)  # fmt: skip
+    assert clf.inducing_power_ == 1.0 and clf.converged_
+    assert flags[-1] == ("step", False) and all(s for _, s in flags[:-1]) and len(flags) > 2
+    flags.clear()
+    GPClassifier(inducing_points=Z, optimize_inducing=False).fit(X, y)
+    assert flags and not any(s for _, s in flags)

@@ -67,6 +67,7 @@ When no stage converged, the result with the smallest final residual is returned
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 
 import numpy as np
@@ -132,7 +133,7 @@ def _residual(res):
     return float(hist[-1]) if hist else np.inf
 
 
-def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="parallel"):
+def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="parallel", power=1.0):
     """Run the stages of ``strategy`` (module docstring) and return an ``EPResult``.
 
     K : (n, n) prior covariance or a :class:`robustep.posterior.GaussianPrior`;
@@ -142,14 +143,25 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
     tol : site tolerance (as :func:`robustep.ep.expectation_propagation`);
     init : warm start of every stage (``"subset"`` is resolved once, and all stages start
     from the same sites); schedule : schedule of stages "ep" and "damped" (the double loop
-    is parallel).
+    is parallel); power : the power of every site in every stage, in (0, 1] (default 1:
+    EP).  Below 1 every stage looks for power EP's fixed point, as the pseudo-point
+    posterior's power EP does with its α (:func:`robustep.ep.pseudo_point_power_ep` with a
+    ``strategy``); stage ``"power"``, which would change the power again, is then refused.
     """
     if not isinstance(strategy, InferenceStrategy):
         raise TypeError(f"strategy must be an InferenceStrategy, got {strategy!r}")
+    if not (isinstance(power, numbers.Real) and 0.0 < power <= 1.0):
+        raise ValueError(f"power must be in (0, 1], got {power!r}")
+    site_power = float(power)  # (the name power is stage "power"'s below)
+    if site_power < 1.0 and "power" in strategy.stages:
+        raise ValueError(
+            "stage 'power' runs power EP at its own power; with a chain power below 1 leave "
+            f"it out of the strategy's stages (got stages {strategy.stages})"
+        )
     if isinstance(init, str) and init == "subset":
         # once for all stages (each would otherwise repeat the subset run)
         init = resolve_subset_start(
-            K, y, likelihood, run=expectation_propagation, schedule=schedule
+            K, y, likelihood, run=expectation_propagation, schedule=schedule, power=site_power
         )
     tried = []
     results = []
@@ -161,6 +173,7 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.filterwarnings("ignore", message="init gives an invalid posterior")
+            kwargs.setdefault("power", site_power)
             res = expectation_propagation(
                 K, y, likelihood, tol=stage_tol, max_factorisations=budget,
                 tol_units=strategy.tol_units, **kwargs,
@@ -211,7 +224,7 @@ def run_chain(K, y, likelihood, strategy, *, tol=1e-4, init=None, schedule="para
 
     def accelerated(start=init, **overrides):  # stage "accelerated": Anderson mixing
         nonlocal total
-        options = {**strategy.accelerated.engine_options(), **overrides}
+        options = {**strategy.accelerated.engine_options(), "power": site_power, **overrides}
         res = accelerated_expectation_propagation(
             K, y, likelihood, max_iter=max_iter, tol=damped_tol, init=start,
             tol_units=strategy.tol_units, max_factorisations=strategy.max_factorisations,

@@ -42,6 +42,7 @@ import numbers
 
 import numpy as np
 
+from robustep.ep.chain import run_chain
 from robustep.ep.engine import expectation_propagation
 from robustep.ep.sparse_evidence import fitc_log_Z_gradient
 from robustep.ep.state import EPResult
@@ -239,8 +240,9 @@ class PseudoPointEPResult(EPResult):
         leave-one-out cavity of f_i, ``∫ p(f_i | u) q(u) / t_i(h_i) du`` (precision
         ``λ_c / (1 + d_i λ_c)``, ``λ_c = 1/σ_i² − β_i``; where ``λ_c ≤ 0`` the factor gives
         an improper cavity, which the LOO diagnostics detect).  A factor is negative
-        exactly where the site on h_i is.  ``log_Z``, ``posterior`` (predictions) and the
-        other fields are unchanged.  Not a warm start: use this result itself as ``init``.
+        exactly where the site on h_i is.  ``log_Z``, ``posterior`` (predictions), the
+        other fields and the chain's extras (``method_used``, ``methods_tried``) are
+        unchanged.  Not a warm start: use this result itself as ``init``.
         """
         d = self.conditional_var
         mean, var = self.latent_marginals()
@@ -252,14 +254,22 @@ class PseudoPointEPResult(EPResult):
         cav_prec = np.where(proper, lam_c / den, -1.0)
         cav_shift = np.where(proper, shift_c / den, 0.0)
         cm, cv = self.latent_cavity()
-        return dataclasses.replace(
-            EPResult(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EPResult)}),
+        fields = {f.name for f in dataclasses.fields(EPResult)}
+        view = dataclasses.replace(
+            EPResult(**{name: getattr(self, name) for name in fields}),
             mean=mean, var=var, cavity_mean=cm, cavity_var=cv,
             site_precision=1.0 / var - cav_prec, site_shift=mean / var - cav_shift,
         )  # fmt: skip
+        # the chain's extras (method_used, methods_tried, tol, message), not this class's
+        own = ("inducing_power", "conditional_var")
+        view.__dict__.update({k: v for k, v in self.__dict__.items()
+                              if k not in fields and k not in own})  # fmt: skip
+        return view
 
 
-def pseudo_point_power_ep(prior, y, likelihood, *, inducing_power=1.0, **engine_options):
+def pseudo_point_power_ep(
+    prior, y, likelihood, *, inducing_power=1.0, strategy=None, **engine_options
+):
     """Power EP with power α on the pseudo-point posterior (Bui, Yan & Turner 2017).
 
     Parameters
@@ -275,6 +285,14 @@ def pseudo_point_power_ep(prior, y, likelihood, *, inducing_power=1.0, **engine_
         robust, max_iter, tol, init (a previous result of this function, not its
         ``latent_view``), callback, double_loop, ...; the schedule must be "parallel";
         custom site updates such as relaxed EP are untested with α < 1).
+    strategy : None (one engine run with ``engine_options``) or an
+        :class:`~robustep.ep.InferenceStrategy`, whose chain then runs with every site at
+        power α (:func:`robustep.ep.run_chain` with ``power=α``; below 1 its stages may
+        not include ``"power"``); ``engine_options`` may then hold only ``tol`` and
+        ``init``.
+        The label-noise step classifier's ``method="auto"`` runs Anderson-accelerated
+        sweeps, then damped ones, this way: one undamped run oscillates on that
+        likelihood (docs/reliability.md, "The sparse step classifier").
 
     Returns
     -------
@@ -294,9 +312,17 @@ def pseudo_point_power_ep(prior, y, likelihood, *, inducing_power=1.0, **engine_
     y = likelihood.validate_targets(y)
     if y.ndim != 1 or y.shape[0] != h_prior.n:
         raise ValueError(f"y must have shape ({h_prior.n},), one target per row of K_nm")
-    res = expectation_propagation(
-        h_prior, lik.pack(y, h_prior.conditional_var), lik, power=alpha, **engine_options
-    )
+    packed = lik.pack(y, h_prior.conditional_var)
+    if strategy is None:
+        res = expectation_propagation(h_prior, packed, lik, power=alpha, **engine_options)
+    else:
+        extra = sorted(set(engine_options) - {"tol", "init"})
+        if extra:
+            raise ValueError(
+                f"with a strategy pass only tol and init; the strategy sets {extra} (its "
+                "stages' options)"
+            )
+        res = run_chain(h_prior, packed, lik, strategy, power=alpha, **engine_options)
     out = object.__new__(PseudoPointEPResult)
     out.__dict__.update(res.__dict__)  # keeps extras such as method_used
     out.inducing_power = alpha

@@ -25,6 +25,7 @@ from robustep.posterior import DensePrior
 __all__ = [
     "BinaryCore",
     "BinaryFit",
+    "auto_strategy",
     "fix_amplitude",
     "fitted_attributes",
     "log_evidence",
@@ -95,6 +96,24 @@ def log_evidence(res) -> float:
     return float(value)
 
 
+def auto_strategy(params):
+    """The :class:`~robustep.ep.InferenceStrategy` of ``method="auto"`` for the classifier's
+    ``params`` (``max_iter``, ``likelihood``, ``schedule``): :meth:`InferenceStrategy.auto
+    <robustep.ep.InferenceStrategy.auto>`, for the label-noise step likelihood with
+    Anderson-accelerated parallel EP first, then damping 0.5, then 0.8
+    (docs/reliability.md, "Cost of the step classifier"), and the tolerance in units of
+    q's marginals (its site precisions grow with n)."""
+    from robustep.ep import InferenceStrategy
+
+    step = params.likelihood == "step"
+    return InferenceStrategy.auto(
+        params.max_iter,
+        trial_damping=0.5 if step else None,
+        accelerate=step and params.schedule == "parallel",
+        tol_units="marginal" if step else "sites",
+    )
+
+
 def run_inference(
     params, prior, y, likelihood, init=None, search=False, probe=False, power_search=False
 ):
@@ -145,18 +164,9 @@ def run_inference(
         init = "subset"
     kwargs = dict(schedule=params.schedule, max_iter=params.max_iter, tol=params.tol, init=init)
     if params.method == "auto":  # parallel -> damped -> double loop (ep/chain.py)
-        from robustep.ep import InferenceStrategy, run_chain
+        from robustep.ep import run_chain
 
-        # the label-noise step likelihood: Anderson-accelerated parallel EP first, then
-        # damping 0.5, then 0.8 (docs/reliability.md, "Cost of the step classifier")
-        # and tol in units of q's marginals: its site precisions grow with n
-        step = params.likelihood == "step"
-        strategy = InferenceStrategy.auto(
-            params.max_iter,
-            trial_damping=0.5 if step else None,
-            accelerate=step and params.schedule == "parallel",
-            tol_units="marginal" if step else "sites",
-        )
+        strategy = auto_strategy(params)
         if search and power_search:
             strategy = strategy.power_search(damped_tol=get_config().search_tol, probe=probe)
         elif search:

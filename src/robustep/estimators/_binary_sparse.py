@@ -17,20 +17,23 @@ S14; power EP: P10, P11).  Predictions are made in row batches (O(batch m) memor
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from robustep._config import get_config
 from robustep.estimators import _learner, _sparse
 from robustep.estimators._binary import (
     BinaryCore,
     BinaryFit,
+    auto_strategy,
     fitted_attributes,
     fix_amplitude,
     run_inference,
 )
+from robustep.estimators._search import shorter_length_scale_starts
 from robustep.posterior.factory import make_prior
 
 __all__ = ["check_sparse", "fit_sparse"]
@@ -77,17 +80,29 @@ class SparseBinaryCore(BinaryCore):
         self.alpha = alpha
         self.representation = "dask" if _sparse.is_dask_input(X) else "fitc"
 
-    def infer(self, kernel, Z, init=None):
+    def infer(self, kernel, Z, init=None, search=False):
         """EP on the FITC prior (α = 1), or power EP with power α < 1 on the pseudo-point
-        posterior ("auto" and "ep": the engine's robust run; "damped": ``damping``, 0.5
-        for "adaptive")."""
+        posterior ("ep", and "auto" with the probit likelihood: the engine's robust run;
+        "damped": ``damping``, 0.5 for "adaptive"; "auto" with the label-noise step
+        likelihood: :meth:`step_strategy`'s chain).  ``search``: an evaluation of the
+        evidence search; with the step likelihood's "auto" its chain's search stages, to
+        ``search_tol`` (at α = 1 :meth:`InferenceStrategy.search_stages
+        <robustep.ep.InferenceStrategy.search_stages>`, as the dense classifier's),
+        otherwise no difference."""
+        params = self.params
         prior = make_prior(kernel, self.X, self.representation, inducing_inputs=Z,
                            jitter=self.jitter)  # fmt: skip
+        step_auto = params.method == "auto" and params.likelihood == "step"
         if self.alpha == 1.0:
-            return run_inference(self.params, prior, self.y, self.likelihood, init)
+            return run_inference(params, prior, self.y, self.likelihood, init,
+                                 search=search and step_auto)  # fmt: skip
         from robustep.ep.pseudo_point import pseudo_point_power_ep
 
-        params = self.params
+        if step_auto:
+            return pseudo_point_power_ep(
+                prior, self.y, self.likelihood, inducing_power=self.alpha,
+                strategy=self.step_strategy(search), tol=params.tol, init=init,
+            )  # fmt: skip
         damping = 0.0
         if params.method == "damped":
             damping = 0.5 if params.damping == "adaptive" else float(params.damping)
@@ -95,6 +110,23 @@ class SparseBinaryCore(BinaryCore):
             prior, self.y, self.likelihood, inducing_power=self.alpha, damping=damping,
             max_iter=params.max_iter, tol=params.tol, init=init,
         )  # fmt: skip
+
+    def step_strategy(self, search=False):
+        """The chain of ``method="auto"`` with the label-noise step likelihood on the
+        pseudo-point posterior (α < 1): the dense classifier's stages that look for a
+        fixed point, Anderson-accelerated parallel sweeps, then damping 0.5 and 0.8, then
+        the double loop (:func:`~robustep.estimators._binary.auto_strategy`), every site
+        at power α; stage ``"power"`` is left out (α is this model's power already).
+        The engine's one undamped run oscillates on this likelihood where these stages
+        converge in tens of sweeps (docs/reliability.md, "The sparse step classifier").
+        ``search``: the stages of a search evaluation, stage ``"accelerated"`` alone to
+        ``search_tol`` (:meth:`~robustep.ep.InferenceStrategy.search_stages`)."""
+        strategy = auto_strategy(self.params)
+        kept = tuple(s for s in strategy.stages if s != "power")
+        strategy = replace(strategy, stages=kept)
+        if search:
+            strategy = strategy.search_stages(damped_tol=get_config().search_tol)
+        return strategy
 
     def gradient(self, res, kernel, Z, wrt_Z):
         """(d/d theta (p,), d/dZ (m, d) or empty) of log Z."""
@@ -132,7 +164,7 @@ class SparseBinaryCore(BinaryCore):
         params = self.params
 
         def infer(kernel, Z, _lik, init):
-            return self.infer(kernel, Z, init)
+            return self.infer(kernel, Z, init, search=True)
 
         def gradient(res, kernel, Z, _lik, wrt_Z):
             gk, gZ = self.gradient(res, kernel, Z, wrt_Z)
@@ -144,7 +176,18 @@ class SparseBinaryCore(BinaryCore):
         bounds = kb + _sparse._free_bounds(Z, opt_Z)
         starts = _sparse.restart_points(x0, bounds, params.n_restarts_optimizer,
                                         params.random_state, n_coordinates=len(kb))  # fmt: skip
-        search = _sparse.optimise(space, x0, bounds, starts, optimizer=params.optimizer)
+        fallbacks = []
+        if params.likelihood == "step":
+            # a first evaluation that fails: again from shorter length-scales, as the dense
+            # step classifier's search (search_fallback_starts; docs/reliability.md, "The
+            # sparse step classifier")
+            settings = get_config()
+            shorter = shorter_length_scale_starts(
+                kernel, settings.search_fallback_factor, settings.search_fallback_starts
+            )
+            fallbacks = [np.concatenate([theta, x0[len(kb) :]]) for theta in shorter]
+        search = _sparse.optimise(space, x0, bounds, starts, optimizer=params.optimizer,
+                                  fallback_starts=fallbacks)  # fmt: skip
         kernel, _, Z = space.unpack(search.x)
         return search, kernel, Z
 
@@ -207,7 +250,7 @@ def fit_sparse(params, X, y, likelihood, kernel, learner=None):
 
     eps = None if params.likelihood == "probit" else float(params.label_noise)
     return BinaryFit(kernel, res, attrs, core, eps, f"sparse {params.method}",
-                     _sparse.SEARCH_ADVICE)  # fmt: skip
+                     _sparse.search_advice(alpha))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- streaming

@@ -53,6 +53,19 @@ SEARCH_ADVICE = (
     "finite kernel bounds), or try inducing_power=0.5"
 )
 
+
+def search_advice(alpha):
+    """:data:`SEARCH_ADVICE` for a fit at inducing power ``alpha``; where α is below 1
+    already, without the suggestion of inducing_power=0.5."""
+    return SEARCH_ADVICE if alpha == 1.0 else _POWER_SEARCH_ADVICE
+
+
+_POWER_SEARCH_ADVICE = (
+    "pass another starting kernel or inducing_points, or set n_restarts_optimizer > 0 (with "
+    "finite kernel bounds)"
+)
+
+
 #: largest number of rows the k-means of a Dask fit (int inducing_points) is run on
 DASK_KMEANS_ROWS = 50_000
 
@@ -344,13 +357,16 @@ def _sites_of(res):
 
 
 def optimise(space, x0, bounds, starts=(), maxiter=200, optimizer="fmin_l_bfgs_b",
-             callable_bounds=None):  # fmt: skip
+             callable_bounds=None, fallback_starts=()):  # fmt: skip
     """The evidence search (estimators/_search.py) over ``space`` from x0 and each extra
-    start: L-BFGS-B (at most ``maxiter`` iterations) or the user's callable ``optimizer``.
-    Returns the :class:`~robustep.estimators._search.SearchResult`."""
+    start: L-BFGS-B (at most ``maxiter`` iterations) or the user's callable ``optimizer``;
+    ``fallback_starts``: tried in order while no evaluation has succeeded
+    (``maximise_evidence``).  Returns the
+    :class:`~robustep.estimators._search.SearchResult`."""
     return maximise_evidence(
         space.evaluate, x0, bounds, optimizer=optimizer, starts=starts, warm_of=_sites_of,
         options={"maxiter": maxiter}, callable_bounds=callable_bounds,
+        fallback_starts=fallback_starts,
     )  # fmt: skip
 
 
