@@ -162,6 +162,23 @@ def test_default_chain_converges_on_every_quick_step_cell():
         assert res.method_used in ("ep", "damped", "power"), (cell, res.methods_tried)
 
 
+def test_sparse_step_classifier_converges_on_the_quick_cells():
+    """GPClassifier(likelihood="step", inducing_points=64) with its defaults (inducing
+    inputs optimised, α = 0.5) on the quick cells of benchmarks/stress.py --step-noise
+    (seeds 5 and 6): every fit converges without a warning, with the kernel optimised
+    (docs/reliability.md, "The sparse step classifier")."""
+    stress = _stress()
+    for cell in stress.step_noise_cells(quick=True, seeds=(5, 6)):
+        boundary, flip, eps, n, seed = cell[:5]
+        X, y = stress.step_noise_data(boundary, n, flip, seed)
+        _, est, warned = stress._fit_classifier(
+            X, y, likelihood="step", label_noise=eps, inducing_points=64, random_state=0
+        )
+        assert est.converged_ and not warned, (cell, est.method_used_)
+        assert est.inducing_power_ == 0.5 and est.method_used_ in ("accelerated", "damped")
+        assert est.optimizer_result_.success and est.optimizer_result_.moved, cell
+
+
 def test_power_stage_result_says_power():
     """XOR, 20% flips, label noise 0.1 at ConstantKernel(1) * RBF(1): parallel EP, damped EP
     and the double loop do not converge, power EP does; the result says which (a
