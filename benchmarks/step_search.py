@@ -48,7 +48,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``retried-plain-proposal``: where stage "accelerated"'s memory holds no residual
   differences and the plain proposal is invalid, the proposal is evaluated three more times
   (its "pulls towards the plain proposal", which do not move it), as before the stage
-  tried it once.
+  tried it once;
+* ``fresh-memory``: a warm-started run of stage "accelerated" starts with an empty memory
+  instead of its warm start's differences (``AcceleratedStage(reuse_differences=False)``).
 
 Every fit also counts its posterior factorisations (``_Context.count_factorisation``),
 printed in the totals.
@@ -131,6 +133,7 @@ VARIANTS = (
     "raw-fallback-step",
     "raw-first-step",
     "retried-plain-proposal",
+    "fresh-memory",
 )
 
 
@@ -314,6 +317,10 @@ def variant(name, runs, lengths=None):
         settings.enter_context(config(search_fallback_unit_step=False))
     elif name == "raw-first-step":
         settings.enter_context(config(search_first_step=None))
+    elif name == "fresh-memory":
+        _change_auto(strategy, lambda chosen: dataclasses.replace(
+            chosen, accelerated=dataclasses.replace(chosen.accelerated,
+                                                    reuse_differences=False)))  # fmt: skip
     elif name == "retried-plain-proposal":
         saved[(accelerated, "_extrapolate")] = accelerated._extrapolate
         accelerated._extrapolate = retried_plain_proposal(accelerated._extrapolate)
@@ -406,6 +413,14 @@ def compare(a, b, large=False):
         if abs(y["lml"] - x["lml"]) > 1e-2:  # another local maximum of the evidence
             print(f"{x['cell']}: {a} length-scale {x['ell']:.4g}, log evidence "
                   f"{x['lml']:.4f}; {b} {y['ell']:.4g}, {y['lml']:.4f}")  # fmt: skip
+    changes = [y["factorisations"] - x["factorisations"] for x, y in zip(fa, fb, strict=True)]
+    worst, *_ = order = sorted(range(len(changes)), key=changes.__getitem__, reverse=True)
+    others = [changes[i] for i in order[1:]]
+    print(f"{b} against {a}, posterior factorisations fit by fit: {sum(c < 0 for c in changes)} "
+          f"fits fewer, {sum(c == 0 for c in changes)} as many, {sum(c > 0 for c in changes)} "
+          f"more; the largest rise {changes[worst]:+d} ({fa[worst]['cell']}: "
+          f"{fa[worst]['factorisations']} to {fb[worst]['factorisations']}), the next "
+          f"{max(others, default=0):+d}; without the first, {sum(others):+d} in all")  # fmt: skip
     pairs = [(x, y) for x, y in zip(fa, fb, strict=True)
              if x["method"] == y["method"] == "accelerated"]  # fmt: skip
     for label, chosen in (

@@ -58,6 +58,9 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("raw-first-step", []):
         assert get_config().search_first_step is None
     assert get_config().search_first_step == 0.25
+    with step_search.variant("fresh-memory", []):
+        assert not InferenceStrategy.auto(100, accelerate=True).accelerated.reuse_differences
+    assert InferenceStrategy.auto(100, accelerate=True).accelerated.reuse_differences
     with step_search.variant("raw-fallback-step+no-stall", []):  # variants combine
         settings = get_config()
         assert not settings.search_fallback_unit_step and settings.search_stall_evaluations is None

@@ -262,6 +262,8 @@ def test_accelerated_stage_options_are_validated():
             AcceleratedStage(**bad)
     with pytest.raises(TypeError):
         InferenceStrategy(accelerated=(5, 20))
+    with pytest.raises(TypeError, match="reuse_differences must be True or False"):
+        AcceleratedStage(reuse_differences="yes")
     with pytest.raises(ValueError):
         InferenceStrategy(stages=("accelerated", "nope"))
 
@@ -387,11 +389,12 @@ def test_stage_engine_options_are_the_engine_keywords(monkeypatch):
     from robustep.ep import chain
 
     stage = AcceleratedStage(memory=3, warmup=4, damping=0.3, window=7, warm_window=5,
-                             restarts=1, divergence=9.0, start_patience=6)  # fmt: skip
+                             restarts=1, divergence=9.0, start_patience=6,
+                             reuse_differences=False)  # fmt: skip
     options = stage.engine_options()
     assert options == {"memory": 3, "warmup": 4, "damping": 0.3, "window": 7,
                        "warm_window": 5, "restarts": 1, "divergence": 9.0,
-                       "start_patience": 6}  # fmt: skip
+                       "start_patience": 6, "reuse_differences": False}  # fmt: skip
     assert set(options) <= set(inspect.signature(accelerated_expectation_propagation).parameters)
     seen = {}
 
@@ -406,3 +409,88 @@ def test_stage_engine_options_are_the_engine_keywords(monkeypatch):
     monkeypatch.setattr(chain, "accelerated_expectation_propagation", engine)
     run_chain(K, y, NoisyStep(0.2), strategy)
     assert {key: seen[key] for key in options} == options
+
+
+def _smooth(n, flip, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1.0, 1.0, size=(n, 2))
+    y = np.where(X[:, 1] > 0.5 * np.sin(3.0 * X[:, 0]), 1.0, -1.0)
+    flipped = rng.random(n) < flip
+    y[flipped] = -y[flipped]
+    return X, y
+
+
+def test_a_warm_start_reuses_its_runs_differences():
+    """reuse_differences: a run warm-started from a nearby length-scale's result starts
+    its memory from that run's differences; it reaches the same fixed point as with an
+    empty memory (to its tolerance), in fewer sweeps on a chain of nearby length-scales
+    of the smooth-boundary step cell (20% flips, n = 200, seed 5)."""
+    X, y = _smooth(200, 0.2, 5)
+    lik = NoisyStep(0.2)
+    options = {"tol": 1e-2, "tol_units": "marginal", "max_iter": 100}
+    first = accelerated_expectation_propagation(RBF(0.779)(X), y, lik, **options)
+    dX, dF = first.anderson_differences
+    assert first.converged and dX.shape == dF.shape and dX.shape[1] == 2 * 200
+    assert 1 <= dX.shape[0] <= 10
+    sweeps = {True: 0, False: 0}
+    for reuse in (True, False):
+        warm = first
+        for ell in (0.72, 0.69, 0.7):
+            K = RBF(ell)(X)
+            res = accelerated_expectation_propagation(
+                K, y, lik, init=warm, reuse_differences=reuse, **options
+            )
+            assert res.converged
+            sweeps[reuse] += res.n_iter
+            # the same fixed point: refined to 1e-10 from either, the same sites
+            fine = accelerated_expectation_propagation(K, y, lik, init=res, tol=1e-10,
+                                                       tol_units="marginal")  # fmt: skip
+            reference = accelerated_expectation_propagation(K, y, lik, tol=1e-10,
+                                                            tol_units="marginal")  # fmt: skip
+            np.testing.assert_allclose(fine.log_Z, reference.log_Z, rtol=1e-9)
+            np.testing.assert_allclose(fine.mean, reference.mean, atol=1e-7)
+            warm = res
+    assert sweeps[True] < sweeps[False], sweeps
+
+
+def test_reused_differences_need_the_same_shape_and_a_warm_start():
+    """Differences of another size, or a start from zero sites, leave the memory empty:
+    the run is the run without them."""
+    K, y = _xor(60, 0.2, 1, ell=0.6)
+    lik = NoisyStep(0.2)
+    first = accelerated_expectation_propagation(K, y, lik, tol=1e-3)
+    other = accelerated_expectation_propagation(*_xor(50, 0.2, 1, ell=0.6), lik, tol=1e-3)
+    warm = dataclasses.replace(first)
+    warm.anderson_differences = other.anderson_differences  # (m, 100): not this run's
+    with_other = accelerated_expectation_propagation(K, y, lik, init=warm, tol=1e-8,
+                                                     reuse_differences=True)  # fmt: skip
+    plain = accelerated_expectation_propagation(K, y, lik, init=warm, tol=1e-8)
+    np.testing.assert_array_equal(with_other.site_precision, plain.site_precision)
+    assert with_other.n_iter == plain.n_iter
+    # a (precision, shift) pair carries no differences
+    pair = accelerated_expectation_propagation(
+        K, y, lik, init=(first.site_precision, first.site_shift), tol=1e-8,
+        reuse_differences=True,
+    )  # fmt: skip
+    np.testing.assert_array_equal(pair.site_precision, plain.site_precision)
+    # a run from zero sites ignores them (its warm-up sets the sites' signs first)
+    zero = dataclasses.replace(first, site_precision=np.zeros(60), site_shift=np.zeros(60))
+    zero.anderson_differences = first.anderson_differences
+    cold = accelerated_expectation_propagation(K, y, lik, init=zero, tol=1e-8,
+                                               reuse_differences=True)  # fmt: skip
+    np.testing.assert_array_equal(
+        cold.site_precision, accelerated_expectation_propagation(K, y, lik, tol=1e-8).site_precision
+    )
+
+
+def test_warm_start_copies_keep_the_differences():
+    from robustep.ep.chain import warm_start
+
+    K, y = _xor(60, 0.2, 1, ell=0.6)
+    strategy = dataclasses.replace(InferenceStrategy.auto(1000, accelerate=True),
+                                   stages=("accelerated",))  # fmt: skip
+    res = run_chain(K, y, NoisyStep(0.2), strategy)
+    light = warm_start(res)
+    assert light.posterior is None
+    for a, b in zip(light.anderson_differences, res.anderson_differences, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -375,7 +375,10 @@ def test_step_classifier_optimum_is_the_step_evidence_optimum(monkeypatch, seed)
     X, y = _step_data("xor", 150, 0.2, seed)
     est = GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert est.converged_ and est.method_used_ == "accelerated"
-    assert "CONVERGENCE" in est.optimizer_result_.message
+    # L-BFGS-B's own test, or the stall rule (search_stall_evaluations) near the optimum
+    message = est.optimizer_result_.message
+    assert est.optimizer_result_.success
+    assert "CONVERGENCE" in message or "without progress" in message, message
     theta, h = est.kernel_.theta, 1e-3
     slope = est.log_marginal_likelihood(theta + h) - est.log_marginal_likelihood(theta - h)
     slope /= 2.0 * h

@@ -38,6 +38,9 @@ Safeguards (the proposal is not a valid site configuration everywhere):
   smallest since the warm-up or more (it diverges), and with ``start_patience``, when a
   warm-started run's first ``start_patience`` sweeps are none 10% below its starting
   residual;
+* a warm start from another run's result may start the memory from that run's
+  differences (``reuse_differences``): the map at nearby hyperparameters differs little,
+  and the differences are replaced one by one by the run's own;
 * a warm start whose posterior is invalid keeps its sites with the negative ones halved
   until it is valid; a warm-started run that stops is repeated from zero sites with the
   warm-up, and a run from zero sites that stops is repeated with twice the warm-up and,
@@ -120,6 +123,7 @@ def accelerated_expectation_propagation(
     divergence=None,
     start_patience=None,
     power=1.0,
+    reuse_differences=False,
 ):
     """Parallel EP accelerated by Anderson mixing (module docstring).
 
@@ -151,13 +155,21 @@ def accelerated_expectation_propagation(
     power : float in (0, 1], the power alpha of every site: below 1 the fixed point is
         power EP's (Minka 2004), as :func:`robustep.ep.expectation_propagation` with
         ``power`` (``PowerStage(accelerate=True)``); 1, the default: EP's.
+    reuse_differences : bool, with ``init`` a result of this function (or its
+        :func:`robustep.ep.chain.warm_start` copy), start the memory from that run's
+        residual and proposal differences (``anderson_differences``) instead of empty.
+        The fixed points are the same; a warm start from nearby hyperparameters, whose
+        map differs little, then extrapolates from its first sweep
+        (``AcceleratedStage.reuse_differences``).  False (default): empty memory.
 
     Returns
     -------
     EPResult
         As :func:`robustep.ep.expectation_propagation`'s, with ``history["phase"]``
         ``"accelerated"`` for an extrapolated sweep and ``"parallel"`` for a damped one.
-        A run that does not converge does not warn (its caller decides).
+        A run that does not converge does not warn (its caller decides).  Its attribute
+        ``anderson_differences`` holds the memory's differences (ΔX, ΔF), each (m, 2n),
+        for ``reuse_differences``.
     """
     prior, y = _check_inputs(K, y, likelihood, "parallel", damping, power, max_iter, tol)
     n, memory, warmup = prior.n, int(memory), int(warmup)
@@ -170,6 +182,8 @@ def accelerated_expectation_propagation(
     ctx.last, ctx.max_factorisations = ev, max_factorisations
     warm = bool(np.any(ev.precision))
     mem = _Memory(memory)
+    if reuse_differences and warm:
+        mem.seed(getattr(init, "anderson_differences", None), n)
     stops = _Stops(divergence, start_patience)
     try:
         # a warm start has its sites' signs and sizes already: no warm-up
@@ -197,7 +211,9 @@ def accelerated_expectation_propagation(
         ev, status = ctx.last, "max_factorisations"
     ctx.max_factorisations = None
     result = _finish(ctx, ev, status)
-    return result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
+    result = result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
+    result.anderson_differences = mem.differences(n)
+    return result
 
 
 def _warm_start(ctx, precision, shift):
@@ -287,6 +303,24 @@ class _Memory:
     def clear(self):
         self.dX, self.dF = [], []
         self.x = self.f = None
+
+    def seed(self, differences, n):
+        """Start from another run's differences (ΔX, ΔF), each (m, 2n), the latest
+        ``size`` of them; without its last point, so that the first difference of this run
+        is between two of its own points.  None or another shape: nothing."""
+        if differences is None:
+            return
+        dX, dF = differences
+        if dX.ndim != 2 or dX.shape != dF.shape or dX.shape[1] != 2 * n:
+            return
+        self.dX = list(dX[-self.size :])
+        self.dF = list(dF[-self.size :])
+
+    def differences(self, n):
+        """(ΔX, ΔF), each (m, 2n) (m = 0 when empty)."""
+        if not self.dX:
+            return np.zeros((0, 2 * n)), np.zeros((0, 2 * n))
+        return np.array(self.dX), np.array(self.dF)
 
 
 def _iterate(ctx, ev, memory, warmup, window, damping, stops):

@@ -312,6 +312,7 @@ def warm_start(res):
     """
     light = dataclasses.replace(res, posterior=None, history={}, site_info={})
     light.method_used = getattr(res, "method_used", None)
+    light.anderson_differences = getattr(res, "anderson_differences", None)
     return light
 
 
