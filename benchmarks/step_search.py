@@ -69,6 +69,9 @@ smooth boundary with 10%, seed 5) instead, printing each fit; ``--large CELLS`` 
 n = 2000 cells with eps equal to the flip rate, seed 5, named boundary and percentage
 (``--large xor10,smooth30``).
 
+``--seeds 8,9`` (or a range, ``8-9``) runs the small fits on other seeds, 14 fits per seed
+(default 5-7, the 42 fits).
+
 ``--config NAME=VALUE`` runs everything under ``robustep.config(NAME=VALUE)`` (a variant's
 own settings override it): ``--compare raw-first-step current --config
 search_first_step=0.1`` compares the raw first step with a first step of 0.1.
@@ -150,10 +153,10 @@ def _stress():
 LARGE = "xor20,smooth10"
 
 
-def cells(large=False):
-    """(boundary, n, flip, seed, eps) of the 42 fits, or with ``large`` n = 2000 fits at
-    seed 5 with eps equal to the flip rate: ``True`` for :data:`LARGE`, else a string of
-    comma-separated cells such as "xor10,smooth30"."""
+def cells(large=False, seeds=(5, 6, 7)):
+    """(boundary, n, flip, seed, eps) of the 42 fits (14 per seed of ``seeds``), or with
+    ``large`` n = 2000 fits at seed 5 with eps equal to the flip rate: ``True`` for
+    :data:`LARGE`, else a string of comma-separated cells such as "xor10,smooth30"."""
     if large:
         names = LARGE if large is True else large
         out = []
@@ -167,8 +170,8 @@ def cells(large=False):
             out.append((boundary, 2000, flip, 5, flip))
         return out
     out = [(b, n, f, s, f) for b in ("xor", "smooth") for f in (0.1, 0.2, 0.3)
-           for n in (200, 300) for s in (5, 6, 7)]  # fmt: skip
-    return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in (5, 6, 7)]
+           for n in (200, 300) for s in seeds]  # fmt: skip
+    return out + [("xor", n, 0.2, s, 0.1) for n in (200, 300) for s in seeds]
 
 
 def normalised(minimise):
@@ -335,7 +338,7 @@ def variant(name, runs, lengths=None):
             setattr(owner, attr, value)
 
 
-def run(name, verbose=True, large=False, show_runs=False):
+def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7)):
     """The 42 fits (or with ``large`` the n = 2000 ones, :func:`cells`) as variant
     ``name``: a list of per-fit dicts; ``show_runs`` prints each fit's EP runs and their
     sweeps."""
@@ -352,7 +355,7 @@ def run(name, verbose=True, large=False, show_runs=False):
 
     engine._Context.count_factorisation = counted
     try:
-        for cell in cells(large):
+        for cell in cells(large, seeds):
             fits.append(_fit(name, cell, data, factorisations, verbose, show_runs))
     finally:
         engine._Context.count_factorisation = count
@@ -405,8 +408,9 @@ def summary(name, fits):
     )
 
 
-def compare(a, b, large=False):
-    fa, fb = run(a, verbose=large, large=large), run(b, verbose=large, large=large)
+def compare(a, b, large=False, seeds=(5, 6, 7)):
+    fa = run(a, verbose=large, large=large, seeds=seeds)
+    fb = run(b, verbose=large, large=large, seeds=seeds)
     summary(a, fa)
     summary(b, fb)
     for x, y in zip(fa, fb, strict=True):
@@ -586,16 +590,23 @@ def main(argv=None):
         help="run under robustep.config(NAME=VALUE) (VALUE in JSON; repeatable), e.g. "
         "--config search_first_step=0.1; a variant's own settings override it",
     )
+    parser.add_argument(
+        "--seeds",
+        default="5-7",
+        help="the small fits' seeds (default 5-7, the 42 fits), a range A-B or comma-separated",
+    )
     args = parser.parse_args(argv)
+    seeds = _stress().parse_seeds(parser, args.seeds)
     with _stress()._settings(parser, args.config):
         if args.residuals:
             residuals(large=args.large)
         elif args.fallback:
             fallback()
         elif args.compare:
-            compare(*args.compare, large=args.large)
+            compare(*args.compare, large=args.large, seeds=seeds)
         else:
-            summary(args.variant, run(args.variant, large=args.large, show_runs=args.runs))
+            fits = run(args.variant, large=args.large, show_runs=args.runs, seeds=seeds)
+            summary(args.variant, fits)
 
 
 if __name__ == "__main__":

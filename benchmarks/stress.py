@@ -597,6 +597,21 @@ def format_step_noise(table):
     return "\n".join(lines)
 
 
+def parse_seeds(parser, text):
+    """Seeds from "A-B" (A to B) or "A,B,..."; a malformed value is a usage error."""
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-"))
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(v) for v in text.split(",")]
+    except ValueError:
+        parser.error(f"--seeds takes a range A-B or comma-separated integers, got {text!r}")
+    if not seeds:
+        parser.error(f"--seeds gives no seed: {text!r}")
+    return seeds
+
+
 def _settings(parser, pairs):
     """``robustep.config`` with the ``--config NAME=VALUE`` pairs (JSON values, as the
     ``robustep`` command's ``--set``: ``null`` for None), or a null context."""
@@ -665,11 +680,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"unknown candidates {unknown}; choose from {list(STEP_CANDIDATES)}")
         sizes = tuple(int(v) for v in args.sizes.split(","))
-        if "-" in args.seeds:
-            lo, hi = (int(v) for v in args.seeds.split("-"))
-            seeds = range(lo, hi + 1)
-        else:
-            seeds = [int(v) for v in args.seeds.split(",")]
+        seeds = parse_seeds(parser, args.seeds)
         cell_list = step_noise_cells(args.quick, sizes, seeds)
         if args.kernels == "start":
             cell_list = [c for c in cell_list if c[5:] == (1.0, 1.0)] or [

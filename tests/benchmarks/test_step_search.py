@@ -19,6 +19,8 @@ def test_variants_change_the_search_and_restore_it():
     assert len(step_search.cells()) == 42
     assert step_search.cells(True) == [("xor", 2000, 0.2, 5, 0.2), ("smooth", 2000, 0.1, 5, 0.1)]
     assert step_search.cells("smooth30") == [("smooth", 2000, 0.3, 5, 0.3)]
+    other = step_search.cells(seeds=(8, 9))
+    assert len(other) == 28 and {cell[3] for cell in other} == {8, 9}
     with pytest.raises(ValueError, match="large cell"):
         step_search.cells("ring10")
     chain = InferenceStrategy.auto(100, trial_damping=0.5, accelerate=True, tol_units="marginal")

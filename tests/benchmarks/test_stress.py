@@ -106,3 +106,17 @@ def test_step_candidate_without_the_run_after_power():
     assert chain.accelerated.after_power and not off.accelerated.after_power
     assert dataclasses.replace(off.accelerated, after_power=True) == chain.accelerated
     assert dataclasses.replace(off, accelerated=chain.accelerated) == chain
+
+
+def test_seeds_option_takes_a_range_or_a_list():
+    import argparse
+
+    import pytest
+
+    stress, parser = _stress(), argparse.ArgumentParser()
+    assert stress.parse_seeds(parser, "5-7") == [5, 6, 7]
+    assert stress.parse_seeds(parser, "8,9") == [8, 9]
+    assert stress.parse_seeds(parser, "3") == [3]
+    for bad in ("a-b", "7-5", "1,,2"):
+        with pytest.raises(SystemExit):
+            stress.parse_seeds(parser, bad)
