@@ -161,7 +161,9 @@ def test_residual_traces_of_one_fit(monkeypatch, capsys):
     from robustep.ep import accelerated, chain
 
     step_search = _module()
-    monkeypatch.setattr(step_search, "cells", lambda large=False: [("xor", 80, 0.2, 5, 0.2)])
+    monkeypatch.setattr(
+        step_search, "cells", lambda large=False, seeds=(5,): [("xor", 80, 0.2, 5, 0.2)]
+    )
     saved = (chain.accelerated_expectation_propagation, accelerated._iterate)
     traces = step_search.residual_traces()
     assert traces and all(len(t["residuals"]) >= 1 for t in traces)
@@ -218,7 +220,9 @@ def test_run_counts_factorisations(monkeypatch):
     from robustep.ep import engine
 
     step_search = _module()
-    monkeypatch.setattr(step_search, "cells", lambda large=False: [("xor", 80, 0.2, 5, 0.2)])
+    monkeypatch.setattr(
+        step_search, "cells", lambda large=False, seeds=(5,): [("xor", 80, 0.2, 5, 0.2)]
+    )
     count = engine._Context.count_factorisation
     (fit,) = step_search.run("current", verbose=False)
     assert engine._Context.count_factorisation is count
