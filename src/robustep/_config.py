@@ -161,12 +161,13 @@ class Settings:
         Each evaluation is EP warm-started from a nearby one, and costs more sweeps the
         farther it lies; L-BFGS-B's raw first step, the gradient itself, went up to 5.8
         units of log length-scale away, and the search then came back.  On the 42 fits of
-        ``benchmarks/step_search.py`` a quarter unit takes 4355 posterior
-        factorisations instead of 5701, to the same optima (length-scale within 0.9%,
-        log evidence within 2.5e-4) except one misspecified fit, which ends at the
-        nearer of two maxima, 2.7 nats lower (docs/reliability.md, "Cost of the step
-        classifier": ``python benchmarks/step_search.py --compare raw-first-step
-        current``).  None takes the raw step.
+        ``benchmarks/step_search.py`` (measured with an empty Anderson memory at each
+        warm start) a quarter unit takes 4355 posterior factorisations instead of 5701,
+        to the same optima (length-scale within 0.9%, log evidence within 2.5e-4) except
+        one misspecified fit, which ends at the nearer of two maxima, 2.7 nats lower
+        (docs/reliability.md, "Cost of the step classifier": ``python
+        benchmarks/step_search.py --compare raw-first-step+fresh-memory
+        fresh-memory``).  None takes the raw step.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
