@@ -185,7 +185,7 @@ def normalised(minimise):
     def scaled_minimise(optimizer, objective, x0, bounds, **kwargs):
         scale = [1.0]
         x, value, message = minimise(
-            optimizer, _bounded_first_step(objective, scale), x0, bounds, **kwargs
+            optimizer, _bounded_first_step(objective, scale, 1.0), x0, bounds, **kwargs
         )
         return x, value / scale[0], message
 
@@ -596,8 +596,9 @@ def main(argv=None):
         help="the small fits' seeds (default 5-7, the 42 fits), a range A-B or comma-separated",
     )
     args = parser.parse_args(argv)
-    seeds = _stress().parse_seeds(parser, args.seeds)
-    with _stress()._settings(parser, args.config):
+    stress = _stress()
+    seeds = stress.parse_seeds(parser, args.seeds)
+    with stress._settings(parser, args.config):
         if args.residuals:
             residuals(large=args.large)
         elif args.fallback:

@@ -474,6 +474,7 @@ def test_step_chain_converges_where_one_undamped_run_does_not():
     # the latent view keeps the chain's report
     view = chained.latent_view()
     assert view.method_used == "accelerated" and view.methods_tried == chained.methods_tried
+    assert not hasattr(view, "anderson_differences")  # a warm start's detail, on h
 
 
 def test_step_chain_options():

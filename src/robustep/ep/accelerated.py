@@ -318,9 +318,7 @@ class _Memory:
 
     def differences(self, n):
         """(ΔX, ΔF), each (m, 2n) (m = 0 when empty)."""
-        if not self.dX:
-            return np.zeros((0, 2 * n)), np.zeros((0, 2 * n))
-        return np.array(self.dX), np.array(self.dF)
+        return np.reshape(self.dX, (-1, 2 * n)), np.reshape(self.dF, (-1, 2 * n))
 
 
 def _iterate(ctx, ev, memory, warmup, window, damping, stops):

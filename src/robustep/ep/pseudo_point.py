@@ -261,7 +261,8 @@ class PseudoPointEPResult(EPResult):
             site_precision=1.0 / var - cav_prec, site_shift=mean / var - cav_shift,
         )  # fmt: skip
         # the chain's extras (method_used, methods_tried, tol, message), not this class's
-        own = ("inducing_power", "conditional_var")
+        # nor the Anderson memory's differences (on h, and the view is no warm start)
+        own = ("inducing_power", "conditional_var", "anderson_differences")
         view.__dict__.update({k: v for k, v in self.__dict__.items()
                               if k not in fields and k not in own})  # fmt: skip
         return view

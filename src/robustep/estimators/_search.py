@@ -447,7 +447,7 @@ class _Stalled(Exception):
     (``maximise_evidence(stall=...)``)."""
 
 
-def _bounded_first_step(objective, scale, limit=1.0):
+def _bounded_first_step(objective, scale, limit):
     """``objective`` multiplied by ``scale[0]``, set at the first call to
     1 / max(1, (largest entry of the gradient) / limit), so that L-BFGS-B's first step
     is at most ``limit`` long (``maximise_evidence(first_step=...,

@@ -62,6 +62,15 @@ def _triangular_solve(L, b, trans=0, overwrite=False):
     return x
 
 
+def _cholesky_solve(L, b, overwrite=False):
+    """(L L^T)^-1 b for a lower Cholesky factor L (k, k) and b (k,) or (k, m), by LAPACK
+    ``dpotrs`` directly (no wrapper checks); ``overwrite``: b is a temporary."""
+    x, info = lapack.dpotrs(L, b, lower=1, overwrite_b=int(overwrite))
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dpotrs failed (info={info})")
+    return x
+
+
 class DensePrior(GaussianPrior):
     """GP prior N(0, K) with an explicit covariance matrix.
 
@@ -240,19 +249,13 @@ class DenseSitePosterior(SitePosterior):
                 return b.copy()
             if b.size == 0:
                 return np.zeros_like(b)
-            x, info = lapack.dpotrs(L1, b, lower=1)  # LAPACK directly: no wrapper overhead
-            if info != 0:
-                raise np.linalg.LinAlgError(f"dpotrs failed (info={info})")
-            return x
+            return _cholesky_solve(L1, b)
         x = np.empty_like(b)
         b1, b2 = b[P], b[N]
         z1 = _triangular_solve(L1, b1, overwrite=True)  # (cho_solve's dpotrs below too)
         # Schur complement of the P block is -L2 L2^T.
         r = b2 - blas_matmul(self._G.T, z1)
-        x2, info = lapack.dpotrs(self._L2, r, lower=1, overwrite_b=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"dpotrs failed (info={info})")
-        x2 = -x2
+        x2 = -_cholesky_solve(self._L2, r, overwrite=True)
         x1 = _triangular_solve(L1, z1 - blas_matmul(self._G, x2), trans=1, overwrite=True)
         x[P], x[N] = x1, x2
         return x
