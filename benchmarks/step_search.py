@@ -42,7 +42,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``no-stall``: a search start does not end when its evaluations stall near its best
   point (``robustep.config(search_stall_evaluations=None)``);
 * ``raw-fallback-step``: a fallback start's first step is L-BFGS-B's raw gradient, not at
-  most one unit (``robustep.config(search_fallback_unit_step=False)``);
+  most half a unit (``robustep.config(search_fallback_first_step=None)``);
+* ``unit-fallback-step``: a fallback start's first step is at most one unit, not half a
+  unit (``robustep.config(search_fallback_first_step=1.0)``);
 * ``raw-first-step``: the first start's first step is L-BFGS-B's raw gradient, not at
   most a quarter unit (``robustep.config(search_first_step=None)``);
 * ``retried-plain-proposal``: where stage "accelerated"'s memory holds no residual
@@ -50,7 +52,9 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
   (its "pulls towards the plain proposal", which do not move it), as before the stage
   tried it once;
 * ``fresh-memory``: a warm-started run of stage "accelerated" starts with an empty memory
-  instead of its warm start's differences (``AcceleratedStage(reuse_differences=False)``).
+  instead of its warm start's differences (``AcceleratedStage(reuse_differences=False)``);
+* ``no-stones``: a search evaluation far from its warm start is not approached through
+  stepping stones (``robustep.config(search_stone_step=None)``).
 
 Every fit also counts its posterior factorisations (``_Context.count_factorisation``),
 printed in the totals.
@@ -137,6 +141,8 @@ VARIANTS = (
     "raw-first-step",
     "retried-plain-proposal",
     "fresh-memory",
+    "no-stones",
+    "unit-fallback-step",
 )
 
 
@@ -317,7 +323,11 @@ def variant(name, runs, lengths=None):
     elif name == "no-stall":
         settings.enter_context(config(search_stall_evaluations=None))
     elif name == "raw-fallback-step":
-        settings.enter_context(config(search_fallback_unit_step=False))
+        settings.enter_context(config(search_fallback_first_step=None))
+    elif name == "unit-fallback-step":
+        settings.enter_context(config(search_fallback_first_step=1.0))
+    elif name == "no-stones":
+        settings.enter_context(config(search_stone_step=None))
     elif name == "raw-first-step":
         settings.enter_context(config(search_first_step=None))
     elif name == "fresh-memory":

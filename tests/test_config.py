@@ -177,10 +177,21 @@ def test_tuning_defaults():
     assert (s.warm_first_max_iter, s.sparse_first_max_iter) == (200, 100)
     assert (s.stall_patience, s.mean_sweep_fraction) == (5, 0.3)
     assert (s.search_stall_evaluations, s.search_stall_step) == (5, 1e-2)
-    assert s.search_fallback_unit_step is True
-    with pytest.raises(ValueError, match="search_fallback_unit_step"):
-        with config(search_fallback_unit_step=1):
-            pass
+    assert s.search_fallback_first_step == 0.5
+    for bad in (0.0, -1.0, float("nan"), "1"):
+        with pytest.raises((ValueError, TypeError), match="search_fallback_first_step"):
+            with config(search_fallback_first_step=bad):
+                pass
+    with config(search_fallback_first_step=None):
+        assert get_config().search_fallback_first_step is None
+    assert (s.search_stone_step, s.search_stones) == (0.175, 3)
+    for name, bad in (("search_stone_step", 0.0), ("search_stone_step", "x"),
+                      ("search_stones", 0), ("search_stones", 1.5)):  # fmt: skip
+        with pytest.raises((ValueError, TypeError), match=name):
+            with config(**{name: bad}):
+                pass
+    with config(search_stone_step=None):
+        assert get_config().search_stone_step is None
     assert s.search_power_fallback is True
     with pytest.raises(ValueError, match="search_power_fallback"):
         with config(search_power_fallback="yes"):

@@ -142,16 +142,22 @@ class Settings:
         current``).  None never does.
     search_stall_step : float >= 0
         See ``search_stall_evaluations``.
-    search_fallback_unit_step : bool
-        Whether the step classifier's search from a fallback start (``search_fallback_starts``),
-        and its search on power EP's evidence (``search_power_fallback``),
-        takes a first step of at most one unit of a log hyperparameter: its optimiser sees
-        the evidence divided by the largest entry of the first gradient
-        (``maximise_evidence(fallback_first_step=1)``).  From the fallback starts the
+    search_fallback_first_step : float > 0 or None
+        The step classifier's search from a fallback start (``search_fallback_starts``),
+        and its search on power EP's evidence (``search_power_fallback``), takes a first
+        step of at most this many units of a log hyperparameter: its optimiser sees the
+        evidence divided by max(1, largest entry of the first gradient / this)
+        (``maximise_evidence(fallback_first_step=...)``).  From the fallback starts the
         evidence is steep, and L-BFGS-B's first step, the raw gradient, landed on the
         length-scale's bound (10⁵) and then on other far points where EP fails
         (docs/reliability.md, "Cost of the step classifier": ``python
-        benchmarks/step_search.py --compare raw-fallback-step current``).
+        benchmarks/step_search.py --compare raw-fallback-step current``).  Half a unit
+        against one: on the 42 fits of ``benchmarks/step_search.py`` 3693 posterior
+        factorisations against 3787 and on seeds 8-9 4024 against 4231, the misspecified
+        XOR fits at n = 300 starting at 0.0625 with optima at 0.085-0.127, which a unit
+        step overshot; one of them ends at the nearer of two maxima, 0.067 nats lower
+        (``python benchmarks/step_search.py --compare unit-fallback-step current``, and
+        with ``--seeds 8,9``).  None takes the raw step.
     search_first_step : float > 0 or None
         The step classifier's evidence search (``method="auto"``, its own optimiser) takes
         a first step of at most this many units of a log hyperparameter from its first
@@ -166,8 +172,29 @@ class Settings:
         to the same optima (length-scale within 0.9%, log evidence within 2.5e-4) except
         one misspecified fit, which ends at the nearer of two maxima, 2.7 nats lower
         (docs/reliability.md, "Cost of the step classifier": ``python
-        benchmarks/step_search.py --compare raw-first-step+fresh-memory
-        fresh-memory``).  None takes the raw step.
+        benchmarks/step_search.py --compare
+        raw-first-step+fresh-memory+no-stones+unit-fallback-step
+        fresh-memory+no-stones+unit-fallback-step``, without the stepping stones and the
+        half step of a fallback start, as it was measured).  None takes the raw step.
+    search_stone_step : float > 0 or None
+        The step classifier's evidence search (``method="auto"``) reaches a point that
+        lies farther than this from its warm start's point (the largest difference of a
+        log hyperparameter) through evaluations in between, each warm-started from the one
+        before: at most ``search_stones`` points evenly spaced at most this far apart
+        (``maximise_evidence(stones=...)``).  Under a label noise below the share of
+        flipped labels EP's fixed point moves fast with the length-scale: on 200 points of
+        XOR with 20% flips and ``label_noise=0.1`` a warm start from length-scale 0.78
+        failed at 0.505 and at 0.627 (22 and 19 sweeps), where stones 0.675 and 0.585
+        bring 0.507 within reach (6 + 6 + 9 sweeps; ``python benchmarks/step_search.py
+        --runs``, and with ``--variant no-stones``).  On the 42 fits of
+        ``benchmarks/step_search.py`` 3693 posterior factorisations against 4617 without
+        stones, to optima within 2.3% in length-scale and 1e-3 in log evidence; on seeds
+        8-9 4024 against 4835, two fits at other maxima, one 2.0 nats higher and one 0.13
+        lower (``python benchmarks/step_search.py --compare no-stones current``, and with
+        ``--seeds 8,9``; docs/reliability.md, "Cost of the step classifier").  None: no
+        stones.
+    search_stones : int >= 1
+        See ``search_stone_step``.
     search_factorisations_per_sweep : int >= 0
         Posterior factorisations allowed (the initial one included) per allowed sweep of a
         search run, per stage of the "auto" chain: the engine's ``max_factorisations`` is
@@ -255,8 +282,10 @@ class Settings:
     search_power_fallback: bool = True
     search_stall_evaluations: int | None = 5
     search_stall_step: float = 1e-2
-    search_fallback_unit_step: bool = True
+    search_fallback_first_step: float | None = 0.5
     search_first_step: float | None = 0.25
+    search_stone_step: float | None = 0.175
+    search_stones: int = 3
     final_max_iter: int = 1000
     warm_first_max_iter: int = 200
     sparse_first_max_iter: int = 100
@@ -303,11 +332,12 @@ class Settings:
         _check_real("search_stall_step", self.search_stall_step, positive=False)
         if self.search_first_step is not None:
             _check_real("search_first_step", self.search_first_step, positive=True)
-        if not isinstance(self.search_fallback_unit_step, bool):
-            raise ValueError(
-                "search_fallback_unit_step must be True or False, "
-                f"got {self.search_fallback_unit_step!r}"
-            )
+        if self.search_stone_step is not None:
+            _check_real("search_stone_step", self.search_stone_step, positive=True)
+        _check_integer("search_stones", self.search_stones, 1)
+        if self.search_fallback_first_step is not None:
+            _check_real("search_fallback_first_step", self.search_fallback_first_step,
+                        positive=True)  # fmt: skip
         if not isinstance(self.search_power_fallback, bool):
             raise ValueError(
                 f"search_power_fallback must be True or False, got {self.search_power_fallback!r}"

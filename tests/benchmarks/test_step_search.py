@@ -54,9 +54,13 @@ def test_variants_change_the_search_and_restore_it():
     with step_search.variant("no-stall", []):
         assert get_config().search_stall_evaluations is None
     assert get_config().search_stall_evaluations == 5
-    with step_search.variant("raw-fallback-step", []):
-        assert get_config().search_fallback_unit_step is False
-    assert get_config().search_fallback_unit_step is True
+    for name, step in (("raw-fallback-step", None), ("unit-fallback-step", 1.0)):
+        with step_search.variant(name, []):
+            assert get_config().search_fallback_first_step == step
+    assert get_config().search_fallback_first_step == 0.5
+    with step_search.variant("no-stones", []):
+        assert get_config().search_stone_step is None
+    assert get_config().search_stone_step == 0.175
     with step_search.variant("raw-first-step", []):
         assert get_config().search_first_step is None
     assert get_config().search_first_step == 0.25
@@ -65,8 +69,10 @@ def test_variants_change_the_search_and_restore_it():
     assert InferenceStrategy.auto(100, accelerate=True).accelerated.reuse_differences
     with step_search.variant("raw-fallback-step+no-stall", []):  # variants combine
         settings = get_config()
-        assert not settings.search_fallback_unit_step and settings.search_stall_evaluations is None
-    assert get_config().search_stall_evaluations == 5 and get_config().search_fallback_unit_step
+        assert settings.search_fallback_first_step is None
+        assert settings.search_stall_evaluations is None
+    assert get_config().search_stall_evaluations == 5
+    assert get_config().search_fallback_first_step == 0.5
     with pytest.raises(ValueError, match="variant"), step_search.variant("no-stall+nope", []):
         pass
     assert get_config().search_stall_evaluations == 5

@@ -520,10 +520,11 @@ def test_a_step_search_where_ep_fails_everywhere_runs_on_power_eps_evidence():
     )
 
 
-def test_the_power_eps_search_first_step_is_at_most_the_fallback_unit(monkeypatch):
+def test_the_power_eps_search_first_step_is_at_most_the_fallback_step(monkeypatch):
     """The search on power EP's evidence bounds its first start's first step by the
-    shorter of search_first_step and the fallback starts' unit step; the EP search before
-    it by search_first_step alone; both bound their fallback starts' by the unit."""
+    shorter of search_first_step and the fallback starts' step (search_fallback_first_step,
+    half a unit); the EP search before it by search_first_step alone; both bound their
+    fallback starts' by the fallback step."""
     from robustep import GPClassifier, config
     from robustep.estimators import _binary_dense
 
@@ -537,9 +538,15 @@ def test_the_power_eps_search_first_step_is_at_most_the_fallback_unit(monkeypatc
 
     monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
     X, y = load_benchmark("stress", "_stress_power_first_step").step_noise_data("xor", 80, 0.2, 1)
-    for first, expected in ((0.25, [(0.25, 1.0), (0.25, 1.0)]), (None, [(None, 1.0), (1.0, 1.0)])):
+    cases = (
+        (0.25, 0.5, [(0.25, 0.5), (0.25, 0.5)]),
+        (None, 0.5, [(None, 0.5), (0.5, 0.5)]),
+        (0.25, 0.1, [(0.25, 0.1), (0.1, 0.1)]),
+    )
+    for first, fallback, expected in cases:
         seen.clear()
-        with config(search_fallback_starts=0, search_first_step=first):
+        settings = {"search_first_step": first, "search_fallback_first_step": fallback}
+        with config(search_fallback_starts=0, **settings):
             est = GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
         assert est.optimizer_result_.approximation == "power"
         assert seen == expected

@@ -10,6 +10,7 @@ import pytest
 from robustep.estimators._search import (
     Evaluation,
     EvaluationFailed,
+    _stones,
     draw_starts,
     maximise_evidence,
     shorter_length_scale_starts,
@@ -409,6 +410,119 @@ def test_a_failure_from_the_nearest_state_is_tried_again_from_the_last():
     np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
 
 
+def _reachable_from_nearby(x, context):
+    """_steep where the warm start's point lies within 0.3 of x; fails farther off (an
+    iterative inference whose fixed point moves fast with x)."""
+    if context.warm is not None and abs(context.warm[0] - x[0]) > 0.3:
+        raise EvaluationFailed("inference did not converge")
+    return _steep(x, context)
+
+
+def test_stones_are_the_fewest_evenly_spaced_points_within_the_step():
+    np.testing.assert_allclose(_stones([0.0], [1.0], 0.25, 10), [[0.25], [0.5], [0.75]])
+    np.testing.assert_allclose(_stones([0.0], [1.0], 0.3, 10), [[0.25], [0.5], [0.75]])
+    # the largest coordinate difference decides; at most `count` stones
+    np.testing.assert_allclose(_stones([0.0, 0.0], [0.2, -1.0], 0.5, 10), [[0.1, -0.5]])
+    np.testing.assert_allclose(_stones([0.0], [4.0], 0.25, 3), [[1.0], [2.0], [3.0]])
+    assert _stones([1.0], [1.2], 0.25, 3) == [] and _stones([1.0], [1.0], 0.25, 3) == []
+
+
+def test_stones_reach_a_point_that_a_far_warm_start_cannot():
+    """From 0, L-BFGS-B's first trial point is -4, where inference fails from 0's state.
+    With stones 0.25 apart each evaluation starts within 0.3 of its point: every one
+    succeeds, the stones count as evaluations and one of them is the maximum, -1.  With
+    at most 3 stones (1 apart) the first stone fails and the walk stops; without stones
+    the search fails at every point farther than 0.3 from its last success, and reaches -1
+    only as L-BFGS-B's line searches back off."""
+    evaluate, calls = _recorded(_reachable_from_nearby)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0,
+                            stones=(0.25, 20))  # fmt: skip
+    np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+    assert res.n_failures == 0 and res.n_evaluations == len(calls)
+    np.testing.assert_allclose([x for x, _ in calls[1:17]], -0.25 * np.arange(1, 17))
+    assert all(abs(x - warm) <= 0.25 + 1e-12 for x, warm in calls[1:17])
+
+    evaluate, calls = _recorded(_reachable_from_nearby)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0,
+                            stones=(0.25, 3))  # fmt: skip
+    assert calls[1] == (pytest.approx(-1.0), 0.0)  # the first of three stones, 1 apart
+    assert calls[2] == (pytest.approx(-4.0), 0.0)  # the walk stopped; the point itself
+    assert res.n_failures >= 2 and res.n_evaluations == len(calls)
+
+    evaluate, calls = _recorded(_reachable_from_nearby)
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0)
+    assert calls[1] == (pytest.approx(-4.0), 0.0)
+    assert res.n_failures >= 5  # L-BFGS-B backs off in failing steps towards 0's state
+
+
+def test_the_optimiser_searches_on_from_a_stone_that_is_the_best_point():
+    """A callable optimiser that tries its start and a point 4 to the left: from 0 the
+    walk to -4 passes the maximum's neighbourhood (stones 4/14 apart) and the point itself
+    fails (inference fails left of -3.9); the best point is then a stone the optimiser
+    has not seen, and it is called again from there (and not again after that: its best
+    point is then its own)."""
+    starts = []
+
+    def two_points(obj_func, theta, bounds):
+        starts.append(float(theta[0]))
+        here, there = obj_func(theta)[0], obj_func(theta - 4.0)[0]
+        return (theta, here) if here <= there else (theta - 4.0, there)
+
+    def evaluate(x, context):
+        if x[0] < -3.9:
+            raise EvaluationFailed("inference did not converge")
+        return _steep(x, context)
+
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], optimizer=two_points,
+                            warm_jump=1.0, stones=(0.3, 20))  # fmt: skip
+    stones = [-4.0 * (j / 14) for j in range(1, 14)]
+    stone = max(stones, key=lambda x: -2.0 * (x + 1.0) ** 2)  # the best (the first on a tie)
+    assert starts == [0.0, pytest.approx(stone)]
+    np.testing.assert_allclose(res.x, [stone])
+    assert res.message.count("the callable optimizer returned") == 2
+
+
+def test_stones_are_evaluated_without_a_gradient():
+    """A stone's context says gradient=False, and its evaluation may return none; the
+    optimiser's own points are evaluated with one."""
+    seen = []
+
+    def evaluate(x, context):
+        seen.append((float(x[0]), context.gradient))
+        ev = _reachable_from_nearby(x, context)
+        return ev if context.gradient else Evaluation(ev.log_evidence, None, ev.state)
+
+    res = maximise_evidence(evaluate, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0,
+                            stones=(0.25, 20))  # fmt: skip
+    np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
+    assert [g for _, g in seen[:18]] == [True] + [False] * 15 + [True, True]
+    assert seen[16][0] == pytest.approx(-4.0)
+
+
+def test_fallback_starts_take_no_stones():
+    """The first start fails (inference fails for x > 4.5); the fallback start's far trial
+    points are evaluated from their warm starts directly."""
+
+    def evaluate(x, context):
+        if x[0] > 4.5:
+            raise EvaluationFailed("inference did not converge")
+        return _reachable_from_nearby(x, context)
+
+    evaluate, calls = _recorded(evaluate)
+    maximise_evidence(evaluate, np.full(1, 5.0), [(-10.0, 10.0)], warm_jump=1.0,
+                      stones=(0.25, 20), fallback_starts=[np.zeros(1)])  # fmt: skip
+    assert calls[0] == (5.0, None) and calls[1] == (0.0, None)
+    assert calls[2] == (pytest.approx(-4.0), 0.0)
+
+
+def test_stones_are_validated():
+    for bad in ((0.0, 3), (-1.0, 3), (np.nan, 3), (0.2, 0), (0.2, 1.5)):
+        with pytest.raises(ValueError, match="stones"):
+            maximise_evidence(_steep, np.zeros(1), [(-10.0, 10.0)], warm_jump=1.0, stones=bad)
+    with pytest.raises(ValueError, match="warm_jump"):
+        maximise_evidence(_steep, np.zeros(1), [(-10.0, 10.0)], stones=(0.2, 3))
+
+
 def test_step_classifier_search_uses_the_configured_warm_jump(monkeypatch):
     """The step classifier passes robustep.config's search_warm_jump to the search; the
     probit classifier always starts from the last success."""
@@ -419,7 +533,7 @@ def test_step_classifier_search_uses_the_configured_warm_jump(monkeypatch):
     search = _binary_dense.maximise_evidence
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["warm_jump"])
+        seen.append((kwargs["warm_jump"], kwargs["stones"]))
         return search(*args, **kwargs)
 
     monkeypatch.setattr(_binary_dense, "maximise_evidence", spy)
@@ -430,7 +544,14 @@ def test_step_classifier_search_uses_the_configured_warm_jump(monkeypatch):
     with config(search_warm_jump=None):
         GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
     GPClassifier().fit(X, y)
-    assert seen == [1.0, None, None]
+    assert [w for w, _ in seen] == [1.0, None, None]
+    # stones with the warm jump only, as configured (search_stone_step, search_stones)
+    assert [st for _, st in seen] == [(0.175, 3), None, None]
+    with config(search_stone_step=None):
+        GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    with config(search_stone_step=0.3, search_stones=2):
+        GPClassifier(likelihood="step", label_noise=0.1).fit(X, y)
+    assert [st for _, st in seen[3:]] == [None, (0.3, 2)]
     with pytest.raises(ValueError, match="search_warm_jump"):
         with config(search_warm_jump=-1.0):
             pass
@@ -460,7 +581,8 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
     every success a probe, and a probe's stage "accelerated" makes no run from zero sites
     (search_stages(probe=True)).  The first evaluation is a probe while a fallback start
     or the search on power EP's evidence would follow its failure
-    (search_first_restarts=False), not otherwise."""
+    (search_first_restarts=False), not otherwise.  With stepping stones (the default) the
+    far points of this fit are reached through stones, and none is a probe."""
     from robustep import GPClassifier, config
     from robustep.ep import InferenceStrategy
     from robustep.estimators import _binary_dense
@@ -478,8 +600,12 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
 
     monkeypatch.setattr(_binary_dense, "run_inference", spy)
     X, y = _noisy_xor(80, seed=0)
-    GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    with config(search_stone_step=None):  # (stones walk to the far points: no probes)
+        GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
     assert flags and flags[0] is True and any(flags[1:])
+    flags.clear()
+    GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
+    assert flags and flags[0] is True and not any(flags[1:])
     flags.clear()
     with config(search_fallback_starts=0):  # the power-EP search would follow
         GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
@@ -487,7 +613,7 @@ def test_step_classifier_probes_run_without_restarts(monkeypatch):
     no_fallback = {"search_fallback_starts": 0, "search_power_fallback": False}
     for settings in ({"search_first_restarts": True}, no_fallback):
         flags.clear()
-        with config(**settings):
+        with config(search_stone_step=None, **settings):
             GPClassifier(likelihood="step", label_noise=0.2).fit(X, y)
         assert flags and flags[0] is False and any(flags)
     with pytest.raises(ValueError, match="search_first_restarts"):
@@ -580,7 +706,7 @@ def test_a_stalled_start_ends_at_its_best_point():
 
 def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     """The step classifier's search passes stall=(search_stall_evaluations,
-    search_stall_step, search_ftol), fallback_first_step=1 (search_fallback_unit_step) and
+    search_stall_step, search_ftol), fallback_first_step=search_fallback_first_step and
     first_step=search_first_step to maximise_evidence with L-BFGS-B, none of them with a
     user's optimizer, no stall with search_stall_evaluations=None and no first step with
     search_first_step=None; other likelihoods none."""
@@ -607,8 +733,8 @@ def test_step_classifier_search_stalls_only_with_its_own_optimizer(monkeypatch):
     GPClassifier(likelihood="step", label_noise=0.2, optimizer=few_steps).fit(X, y)
     GPClassifier().fit(X, y)
     assert seen == [
-        ((5, 1e-2, 1e-6), 1.0, 0.25),
-        (None, 1.0, None),
+        ((5, 1e-2, 1e-6), 0.5, 0.25),
+        (None, 0.5, None),
         (None, None, None),
         (None, None, None),
     ]

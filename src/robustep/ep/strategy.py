@@ -357,7 +357,8 @@ class AcceleratedStage:
         while the search of one misspecified fit takes another path, through
         length-scales where its evaluations fail (1249 factorisations
         against 146; docs/reliability.md, "Cost of the step classifier": ``python
-        benchmarks/step_search.py --compare fresh-memory current``).
+        benchmarks/step_search.py --compare fresh-memory+no-stones+unit-fallback-step
+        no-stones+unit-fallback-step``, measured before the search's stepping stones).
 
     On the label-noise step likelihood's 42 fits at n = 200 and 300
     (``benchmarks/step_search.py``) memory 5 with 20 warm-up sweeps costs about the same;

@@ -267,7 +267,7 @@ class DenseBinaryCore(BinaryCore):
 
         def evaluate(theta, context):
             value, grad, res, prior = self.evaluate(
-                theta, True, init=context.warm, search=True, probe=context.probe
+                theta, context.gradient, init=context.warm, search=True, probe=context.probe
             )
             return Evaluation(value, grad, state=(res, prior))
 
@@ -275,13 +275,16 @@ class DenseBinaryCore(BinaryCore):
         rng = check_random_state(params.random_state) if params.n_restarts_optimizer else None
         starts = draw_starts(self.kernel.theta, bounds, params.n_restarts_optimizer, rng)
         settings = get_config()
-        options = warm_jump = stall = None
+        options = warm_jump = stall = stones = None
         first_probes = False
         first_step = fallback_step = None
         if params.likelihood == "step":
             # a far trial point's sites are a poor start for the next point, back near the
             # others: the nearest success's instead (search_warm_jump)
             warm_jump = settings.search_warm_jump
+            # and a point far from its warm start through stepping stones (search_stone_step)
+            if warm_jump is not None and settings.search_stone_step is not None:
+                stones = (settings.search_stone_step, settings.search_stones)
             # a start's first evaluation, where a fallback start follows its failure, is
             # a probe too (search_first_restarts)
             first_probes = not settings.search_first_restarts
@@ -297,9 +300,9 @@ class DenseBinaryCore(BinaryCore):
             if own_optimizer:
                 # an evaluation costs more sweeps the farther it lies from its warm start:
                 # a short first step (search_first_step); from a fallback start the raw
-                # first step lands on a bound where EP fails (search_fallback_unit_step)
+                # first step lands on a bound where EP fails (search_fallback_first_step)
                 first_step = settings.search_first_step
-                fallback_step = 1.0 if settings.search_fallback_unit_step else None
+                fallback_step = settings.search_fallback_first_step
         # a first evaluation that fails (EP does not converge at the starting kernel):
         # again from shorter length-scales, where it is easier (search_fallback_starts)
         fallbacks = shorter_length_scale_starts(
@@ -309,7 +312,7 @@ class DenseBinaryCore(BinaryCore):
             optimizer=params.optimizer, starts=starts, options=options,
             warm_of=lambda state: self.warm_state(state[0]), fallback_starts=fallbacks,
             warm_jump=warm_jump, first_probes=first_probes, stall=stall,
-            first_step=first_step, fallback_first_step=fallback_step,
+            first_step=first_step, fallback_first_step=fallback_step, stones=stones,
         )  # fmt: skip
         step_auto = params.likelihood == "step" and params.method == "auto"
         power_fallback = step_auto and settings.search_power_fallback

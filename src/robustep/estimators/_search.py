@@ -19,7 +19,9 @@ way for every estimator:
   successful evaluation's (a failed evaluation does not reset it; a new start begins from
   the caller's ``warm`` for the first start, nothing for the others); an evaluation that
   fails is tried once more from the last success's state if it started from another, else
-  from the best point's state if it started from another;
+  from the best point's state if it started from another; with ``stones``, a point
+  farther from its warm start than a step is approached through evaluations in between
+  (stepping stones);
 - **restarts**: the caller's extra starts (:func:`draw_starts` gives the two rules in use),
   and fallback starts tried only while no evaluation has succeeded
   (:func:`shorter_length_scale_starts`);
@@ -80,7 +82,8 @@ class Evaluation:
     """What ``evaluate`` returns for one point.
 
     log_evidence : float, finite.
-    gradient : (k,) d log_evidence / dx, finite.
+    gradient : (k,) d log_evidence / dx, finite (None allowed where the context says
+        ``gradient=False``).
     state : the inference result at x (kept for the best point; passed on as a warm start).
     """
 
@@ -109,6 +112,8 @@ class EvaluationContext:
         inference fails: with ``maximise_evidence(warm_jump=...)`` one farther than
         ``warm_jump`` from every success of the start (a far trial step), and with
         ``first_probes`` a start's first evaluation while ``fallback_next``.
+    gradient : False for a stepping stone (``maximise_evidence(stones=...)``), whose
+        gradient nobody uses: ``evaluate`` may then return ``gradient=None``.
     """
 
     warm: Any = None
@@ -117,6 +122,7 @@ class EvaluationContext:
     gap: float = np.inf
     fallback_next: bool = False
     probe: bool = False
+    gradient: bool = True
 
 
 @dataclasses.dataclass
@@ -255,6 +261,7 @@ def maximise_evidence(
     first_step: float | None = None,
     fallback_first_step: float | None = None,
     followed: bool = False,
+    stones: tuple[float, int] | None = None,
 ) -> SearchResult:
     """Maximise the approximate log evidence from ``x0`` and each of ``starts``.
 
@@ -306,6 +313,21 @@ def maximise_evidence(
     followed : the caller runs another search where every evaluation of this one fails,
         so that a failure at the last start is not the last word either: with
         ``first_probes`` its first evaluation is a probe too.
+    stones : None, or (step, count), with ``warm_jump``: an evaluation of the first start
+        or of ``starts`` whose warm start's point lies farther than ``step`` from it is
+        preceded by evaluations at stepping stones, the fewest points evenly spaced
+        between the two that lie at most ``step`` apart (``count`` at most), each
+        warm-started from the one before: a continuation in the search coordinates.
+        Where an iterative inference's fixed point moves fast with x, a warm start from
+        far off fails where one from nearby converges.  Each stone counts as an
+        evaluation; one that succeeds is a warm start for later evaluations and may be
+        the start's best point, around which a failure's bowl lies; the walk stops at the
+        first stone that fails.  The optimiser does not see the stones: where the start's
+        best point is a stone when its optimiser ends (not by the ``stall`` rule, whose
+        evaluations lay around the best point), the optimiser runs again from there,
+        ``count`` times at most.  The fallback starts take no stones: they search where
+        the first start's inference failed, at shorter length-scales, where the step
+        classifier's EP converged from warm starts about one unit away.
 
     Returns
     -------
@@ -318,13 +340,19 @@ def maximise_evidence(
                 warm_of=warm_of, options=options, callable_bounds=callable_bounds,
                 fallback_starts=fallback_starts, retry=retry, warm_jump=warm_jump,
                 first_probes=first_probes, stall=stall, first_step=first_step,
-                fallback_first_step=fallback_first_step, followed=followed,
+                fallback_first_step=fallback_first_step, followed=followed, stones=stones,
             )  # fmt: skip
     if warm_jump is not None and not warm_jump > 0:
         raise ValueError(f"warm_jump must be None or positive, got {warm_jump!r}")
     for name, h in (("first_step", first_step), ("fallback_first_step", fallback_first_step)):
         if h is not None and not (np.isfinite(h) and h > 0):
             raise ValueError(f"{name} must be None or positive, got {h!r}")
+    if stones is not None:
+        if warm_jump is None:
+            raise ValueError("stones needs warm_jump (the stones start from a success's state)")
+        step, count = stones
+        if not (np.isfinite(step) and step > 0 and int(count) == count >= 1):
+            raise ValueError(f"stones must be None or (step > 0, count >= 1), got {stones!r}")
     if stall is not None:
         count, step, rise = stall
         if not (int(count) == count >= 1 and step >= 0 and rise >= 0):
@@ -350,15 +378,57 @@ def maximise_evidence(
             warm=warm if index == 0 else None, first=True, start=index,
             fallback_next=overall["x"] is None and (index + 1 < len(all_starts) or followed),
         )  # fmt: skip
-        best = {"value": -np.inf, "x": None, "warm": None}
+        best = {"value": -np.inf, "x": None, "warm": None, "stone": False}
         done = []  # with warm_jump: (x, warm start) of this start's successes
         still = [0]  # with stall: successes in a row near the best point without progress
 
-        def objective(x, context=context, best=best, done=done, still=still):
+        def succeeded(x, ev, value, stone=False, context=context, best=best, done=done):
+            """Book a successful evaluation at x (a ``stone``: one the optimiser did not
+            ask for): the next warm start, this start's successes and best point, the
+            search's best."""
+            x = np.array(x, dtype=float)
+            context.warm = warm_of(ev.state)
+            context.first = False
+            context.fallback_next = False
+            if warm_jump is not None:
+                done.append((x, context.warm))
+            if value > best["value"]:
+                best.update(value=value, x=x, warm=context.warm, stone=stone)
+            if value > overall["value"]:
+                overall.update(value=value, x=x, state=ev.state)
+
+        def walk(x, origin, context=context, succeeded=succeeded):
+            """The stepping stones from ``origin`` towards x (``stones``), each
+            warm-started from the one before, until one fails; True if any succeeded."""
+            moved = False
+            for point in _stones(origin, x, *stones):
+                counts["evaluations"] += 1
+                context.probe, context.gradient = False, False
+                try:
+                    ev, value, _ = _attempt(evaluate, point, context)
+                except _FAILURES:
+                    counts["failures"] += 1
+                    _log(verbose, counts, None, started)
+                    break
+                finally:
+                    context.gradient = True
+                succeeded(point, ev, value, stone=True)
+                _log(verbose, counts, value, started)
+                moved = True
+            return moved
+
+        walks = stones is not None and index < n_regular
+
+        def objective(x, context=context, best=best, done=done, still=still, walks=walks,
+                      walk=walk, succeeded=succeeded):  # fmt: skip
             counts["evaluations"] += 1
             last = context.warm
             if done:
-                context.warm, context.gap = _nearest_warm(done, x, warm_jump)
+                context.warm, context.gap, origin = _nearest_warm(done, x, warm_jump)
+                if walks and walk(x, origin):
+                    # from the last stone on (a retry goes back to the best point's state)
+                    context.gap = min(context.gap, _distance(done[-1][0], x))
+                    last = context.warm
             context.probe = (
                 warm_jump is not None and np.isfinite(context.gap) and context.gap > warm_jump
             ) or (first_probes and context.first and context.fallback_next)
@@ -382,39 +452,40 @@ def maximise_evidence(
                 d = np.asarray(x, dtype=float) - x_best
                 _log(verbose, counts, None, started)
                 return floor + _BOWL_HEIGHT * (1.0 + float(d @ d)), 2.0 * _BOWL_HEIGHT * d
-            context.warm = warm_of(ev.state)
-            context.first = False
-            context.fallback_next = False
-            if warm_jump is not None:
-                done.append((np.array(x, dtype=float), context.warm))
             if stall is not None:
                 still[0] = still[0] + 1 if _stalls(stall, best, x, value) else 0
-            if value > best["value"]:
-                best.update(value=value, x=np.array(x, dtype=float), warm=context.warm)
-            if value > overall["value"]:
-                overall.update(value=value, x=np.array(x, dtype=float), state=ev.state)
+            succeeded(x, ev, value)
             _log(verbose, counts, value, started)
             if stall is not None and still[0] >= stall[0]:
                 raise _Stalled
             return -value, -grad
 
-        scale = [1.0]
         limit = first_step if index < n_regular else fallback_first_step
-        if limit is not None:
-            objective = _bounded_first_step(objective, scale, limit)
-        try:
-            x_opt, f_opt, message = minimise(
-                optimizer, objective, start, bounds, options=options,
-                callable_bounds=callable_bounds,
-            )  # fmt: skip
-            f_opt = f_opt / scale[0]
-        except _Stalled:
-            x_opt, f_opt = best["x"], -best["value"]
-            message = (
-                f"stopped after {stall[0]} evaluations in a row within {stall[1]:g} of the "
-                "best point without progress"
-            )
-        messages.append(message)
+        origin = start
+        # where the best point of the start is a stone, which the optimiser has not seen,
+        # it searches on from there (at most ``stones`` count times); not after a stall,
+        # whose evaluations lay around the best point
+        for _ in range(1 + (int(stones[1]) if walks else 0)):
+            scale = [1.0]
+            scaled = objective if limit is None else _bounded_first_step(objective, scale, limit)
+            try:
+                x_opt, f_opt, message = minimise(
+                    optimizer, scaled, origin, bounds, options=options,
+                    callable_bounds=callable_bounds,
+                )  # fmt: skip
+                f_opt = f_opt / scale[0]
+            except _Stalled:
+                x_opt, f_opt = best["x"], -best["value"]
+                message = (
+                    f"stopped after {stall[0]} evaluations in a row within {stall[1]:g} of "
+                    "the best point without progress"
+                )
+                best["stone"] = False
+            messages.append(message)
+            if not best["stone"]:
+                break
+            origin, context.warm, best["stone"] = best["x"], best["warm"], False
+            still[0] = 0
         if best["x"] is None:  # no evaluation of this start succeeded
             x_opt, f_opt = start, np.inf
         if f_opt < claimed[0]:
@@ -476,23 +547,43 @@ def _stalls(stall, best, x, value):
 
 
 def _nearest_warm(done, x, jump):
-    """(warm start, gap) for an evaluation at x: the warm start of the last entry of
-    ``done`` ((x_j, warm_j) pairs in evaluation order), or, where its x_j lies farther than
-    ``jump`` from x (largest coordinate difference), that of the entry nearest to x (the
-    later on a tie); gap: the distance to the nearest entry."""
+    """(warm start, gap, origin) for an evaluation at x: the warm start of the last entry
+    of ``done`` ((x_j, warm_j) pairs in evaluation order), or, where its x_j lies farther
+    than ``jump`` from x (largest coordinate difference), that of the entry nearest to x
+    (the later on a tie); gap: the distance to the nearest entry; origin: the chosen
+    entry's x_j."""
     points = np.stack([xj for xj, _ in done])  # (evaluations, k)
     gaps = np.max(np.abs(points - np.asarray(x, dtype=float)), axis=1, initial=0.0)
     j = gaps.size - 1 - int(np.argmin(gaps[::-1]))
-    return done[-1 if gaps[-1] <= jump else j][1], float(gaps[j])
+    chosen = -1 if gaps[-1] <= jump else j
+    return done[chosen][1], float(gaps[j]), done[chosen][0]
+
+
+def _distance(a, b):
+    """The largest coordinate difference of two points."""
+    return float(np.max(np.abs(np.asarray(a, dtype=float) - b), initial=0.0))
+
+
+def _stones(origin, x, step, count):
+    """The stepping stones from ``origin`` to x: the fewest points evenly spaced on the
+    segment between them (neither end) such that consecutive points lie at most ``step``
+    apart (largest coordinate difference), or ``count`` of them where more would be
+    needed (then farther apart); none where x lies within ``step`` of ``origin``."""
+    origin = np.asarray(origin, dtype=float)
+    d = np.asarray(x, dtype=float) - origin
+    pieces = min(int(np.ceil(_distance(d, 0.0) / step)), int(count) + 1)
+    return [origin + d * (j / pieces) for j in range(1, pieces)]
 
 
 def _attempt(evaluate, x, context):
     """``evaluate`` at x: (Evaluation, log evidence, gradient); raises EvaluationFailed
-    where either is not finite."""
+    where either is not finite (the gradient may be None where ``context.gradient`` is
+    False)."""
     ev = evaluate(np.array(x, dtype=float), context)
     value = float(ev.log_evidence)
-    grad = np.asarray(ev.gradient, dtype=float)
-    if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+    grad = None if ev.gradient is None and not context.gradient else ev.gradient
+    grad = None if grad is None else np.asarray(grad, dtype=float)
+    if not (np.isfinite(value) and (grad is None or np.all(np.isfinite(grad)))):
         raise EvaluationFailed("non-finite evidence or gradient")
     return ev, value, grad
 
