@@ -327,7 +327,7 @@ def maximise_evidence(
         evaluations lay around the best point), the optimiser runs again from there,
         ``count`` times at most.  The fallback starts take no stones: they search where
         the first start's inference failed, at shorter length-scales, where the step
-        classifier's EP converged from warm starts about one unit away.
+        classifier's EP converged from warm starts half a unit away and more.
 
     Returns
     -------
@@ -484,6 +484,7 @@ def maximise_evidence(
             messages.append(message)
             if not best["stone"]:
                 break
+            # (a failure of its first evaluation is tried again from the stone's state)
             origin, context.warm, best["stone"] = best["x"], best["warm"], False
             still[0] = 0
         if best["x"] is None:  # no evaluation of this start succeeded
