@@ -182,10 +182,11 @@ def cells(large=False, seeds=(5, 6, 7)):
 
 def normalised(minimise):
     """``minimise`` (``robustep.estimators._optimizer.minimise``) on the objective divided by
-    the largest entry of its gradient at the start (at least 1), as the library does for a
-    fallback start (``maximise_evidence(fallback_first_step=1)``): the same stationary
-    points, and L-BFGS-B's first step (the raw gradient, where every coordinate is
-    bounded) at most one unit long in each coordinate; the value it returns is rescaled."""
+    the largest entry of its gradient at the start (at least 1), the library's bounded
+    first step with a bound of one unit (``maximise_evidence(first_step=1)``): the same
+    stationary points, and L-BFGS-B's first step (the raw gradient, where every coordinate
+    is bounded) at most one unit long in each coordinate; the value it returns is
+    rescaled."""
     from robustep.estimators._search import _bounded_first_step
 
     def scaled_minimise(optimizer, objective, x0, bounds, **kwargs):

@@ -324,20 +324,15 @@ class Settings:
         _check_integer("search_factorisations_per_sweep", self.search_factorisations_per_sweep, 0)
         _check_integer("search_fallback_starts", self.search_fallback_starts, 0)
         _check_fraction("search_fallback_factor", self.search_fallback_factor, one_allowed=False)
-        if self.search_warm_jump is not None:
-            _check_real("search_warm_jump", self.search_warm_jump, positive=True)
+        for name in ("search_warm_jump", "search_first_step", "search_fallback_first_step",
+                     "search_stone_step"):  # fmt: skip
+            if getattr(self, name) is not None:  # None: the rule is off
+                _check_real(name, getattr(self, name), positive=True)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
         if self.search_stall_evaluations is not None:
             _check_integer("search_stall_evaluations", self.search_stall_evaluations, 1)
         _check_real("search_stall_step", self.search_stall_step, positive=False)
-        if self.search_first_step is not None:
-            _check_real("search_first_step", self.search_first_step, positive=True)
-        if self.search_stone_step is not None:
-            _check_real("search_stone_step", self.search_stone_step, positive=True)
         _check_integer("search_stones", self.search_stones, 1)
-        if self.search_fallback_first_step is not None:
-            _check_real("search_fallback_first_step", self.search_fallback_first_step,
-                        positive=True)  # fmt: skip
         if not isinstance(self.search_power_fallback, bool):
             raise ValueError(
                 f"search_power_fallback must be True or False, got {self.search_power_fallback!r}"

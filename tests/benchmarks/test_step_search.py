@@ -47,23 +47,20 @@ def test_variants_change_the_search_and_restore_it():
     assert _binary_dense.maximise_evidence is _search.maximise_evidence
     from robustep import get_config
 
-    for name, jump in (("last-warm", None), ("nearest-warm", 1e-12)):
+    # the variants that set one robustep.config setting: (variant, setting, its value
+    # inside, the default restored after)
+    for name, setting, inside, default in (
+        ("last-warm", "search_warm_jump", None, 1.0),
+        ("nearest-warm", "search_warm_jump", 1e-12, 1.0),
+        ("no-stall", "search_stall_evaluations", None, 5),
+        ("raw-fallback-step", "search_fallback_first_step", None, 0.5),
+        ("unit-fallback-step", "search_fallback_first_step", 1.0, 0.5),
+        ("no-stones", "search_stone_step", None, 0.175),
+        ("raw-first-step", "search_first_step", None, 0.25),
+    ):
         with step_search.variant(name, []):
-            assert get_config().search_warm_jump == jump
-    assert get_config().search_warm_jump == 1.0
-    with step_search.variant("no-stall", []):
-        assert get_config().search_stall_evaluations is None
-    assert get_config().search_stall_evaluations == 5
-    for name, step in (("raw-fallback-step", None), ("unit-fallback-step", 1.0)):
-        with step_search.variant(name, []):
-            assert get_config().search_fallback_first_step == step
-    assert get_config().search_fallback_first_step == 0.5
-    with step_search.variant("no-stones", []):
-        assert get_config().search_stone_step is None
-    assert get_config().search_stone_step == 0.175
-    with step_search.variant("raw-first-step", []):
-        assert get_config().search_first_step is None
-    assert get_config().search_first_step == 0.25
+            assert getattr(get_config(), setting) == inside, name
+        assert getattr(get_config(), setting) == default, name
     with step_search.variant("fresh-memory", []):
         assert not InferenceStrategy.auto(100, accelerate=True).accelerated.reuse_differences
     assert InferenceStrategy.auto(100, accelerate=True).accelerated.reuse_differences

@@ -432,11 +432,15 @@ def test_a_warm_start_reuses_its_runs_differences():
     dX, dF = first.anderson_differences
     assert first.converged and dX.shape == dF.shape and dX.shape[1] == 2 * 200
     assert 1 <= dX.shape[0] <= 10
+    lengths = (0.72, 0.69, 0.7)
+    priors = [RBF(ell)(X) for ell in lengths]
+    references = [accelerated_expectation_propagation(K, y, lik, tol=1e-10,
+                                                      tol_units="marginal")
+                  for K in priors]  # fmt: skip
     sweeps = {True: 0, False: 0}
     for reuse in (True, False):
         warm = first
-        for ell in (0.72, 0.69, 0.7):
-            K = RBF(ell)(X)
+        for K, reference in zip(priors, references, strict=True):
             res = accelerated_expectation_propagation(
                 K, y, lik, init=warm, reuse_differences=reuse, **options
             )
@@ -445,8 +449,6 @@ def test_a_warm_start_reuses_its_runs_differences():
             # the same fixed point: refined to 1e-10 from either, the same sites
             fine = accelerated_expectation_propagation(K, y, lik, init=res, tol=1e-10,
                                                        tol_units="marginal")  # fmt: skip
-            reference = accelerated_expectation_propagation(K, y, lik, tol=1e-10,
-                                                            tol_units="marginal")  # fmt: skip
             np.testing.assert_allclose(fine.log_Z, reference.log_Z, rtol=1e-9)
             np.testing.assert_allclose(fine.mean, reference.mean, atol=1e-7)
             warm = res

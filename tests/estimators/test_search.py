@@ -497,6 +497,10 @@ def test_stones_are_evaluated_without_a_gradient():
     np.testing.assert_allclose(res.x, [-1.0], atol=1e-5)
     assert [g for _, g in seen[:18]] == [True] + [False] * 15 + [True, True]
     assert seen[16][0] == pytest.approx(-4.0)
+    # an evaluation that returns no gradient where one is asked for fails
+    res = maximise_evidence(lambda x, context: Evaluation(-float(x @ x), None, x.copy()),
+                            np.zeros(1), [(-10.0, 10.0)])  # fmt: skip
+    assert not res.success and res.n_failures == res.n_evaluations >= 1
 
 
 def test_fallback_starts_take_no_stones():

@@ -327,7 +327,7 @@ class DenseBinaryCore(BinaryCore):
         # points exist at the longer length-scales where EP's can be missing
         # (search_power_fallback; docs/reliability.md, "Cost of the step classifier")
         self.power_search = True
-        # its first start's first step too is at most the fallback starts' unit
+        # its first start's first step is at most the shorter of the two bounds
         bounded = [h for h in (first_step, fallback_step) if h is not None]
         search["first_step"] = min(bounded, default=None)
         power = maximise_evidence(evaluate, self.kernel.theta, bounds, **search)

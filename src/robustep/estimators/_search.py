@@ -582,8 +582,10 @@ def _attempt(evaluate, x, context):
     False)."""
     ev = evaluate(np.array(x, dtype=float), context)
     value = float(ev.log_evidence)
-    grad = None if ev.gradient is None and not context.gradient else ev.gradient
-    grad = None if grad is None else np.asarray(grad, dtype=float)
+    if ev.gradient is None and not context.gradient:
+        grad = None
+    else:  # (a missing gradient where one was asked for is NaN: the evaluation fails)
+        grad = np.asarray(ev.gradient, dtype=float)
     if not (np.isfinite(value) and (grad is None or np.all(np.isfinite(grad)))):
         raise EvaluationFailed("non-finite evidence or gradient")
     return ev, value, grad

@@ -52,18 +52,17 @@ SEARCH_ADVICE = (
     "pass another starting kernel or inducing_points, set n_restarts_optimizer > 0 (with "
     "finite kernel bounds), or try inducing_power=0.5"
 )
+#: the same at inducing power α < 1, without the suggestion of the power the fit has
+_POWER_SEARCH_ADVICE = (
+    "pass another starting kernel or inducing_points, or set n_restarts_optimizer > 0 (with "
+    "finite kernel bounds)"
+)
 
 
 def search_advice(alpha):
     """:data:`SEARCH_ADVICE` for a fit at inducing power ``alpha``; where α is below 1
     already, without the suggestion of inducing_power=0.5."""
     return SEARCH_ADVICE if alpha == 1.0 else _POWER_SEARCH_ADVICE
-
-
-_POWER_SEARCH_ADVICE = (
-    "pass another starting kernel or inducing_points, or set n_restarts_optimizer > 0 (with "
-    "finite kernel bounds)"
-)
 
 
 #: largest number of rows the k-means of a Dask fit (int inducing_points) is run on

@@ -381,7 +381,7 @@ class DenseSitePosterior(SitePosterior):
         B1inv = cholesky_inverse(self._L1)
         if self._all_positive:
             return B1inv
-        L2inv = triangular_inverse(self._L2)
+        L2inv = triangular_inverse(self._L2, clean=True)  # dpotrf(clean=1)'s factor
         H = _triangular_solve(self._L1, self._G, trans=1)  # B1^-1 C = L1^-T G, (n_P, n_N)
         Hl = L2inv @ H.T  # L2^-1 H^T, (n_N, n_P)
         Ainv = np.empty((self.K.shape[0],) * 2)
