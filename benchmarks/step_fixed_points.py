@@ -26,6 +26,12 @@ fits' accuracy on 5000 noise-free test points; ``--no-power-search`` leaves out 
 search on power EP's evidence that follows a search whose every EP evaluation failed
 (``robustep.config(search_power_fallback=False)``).  ``--power`` runs power EP at each
 of ``--lengths`` from zero sites, by plain damped sweeps and by Anderson mixing.
+``--stability`` runs stage "accelerated" and plain damped EP (damping 0.3, no cavity
+safeguard) from zero sites at each length-scale and, for each run that converges, prints
+the eigenvalues of the parallel EP map's Jacobian at its fixed point
+(``robustep.ep.fixed_point_stability``): a largest real part of 1 or more means no
+damping makes the fixed point attracting, so damped EP misses it from any start.
+``--data``, ``--flip`` and ``--seed`` choose the data (default: XOR, 20% flips, seed 5).
 
 Usage::
 
@@ -35,6 +41,8 @@ Usage::
     python benchmarks/step_fixed_points.py --fit 2              # the default fit (1 minute)
     python benchmarks/step_fixed_points.py --fit 2 --no-power-search   # about 6 minutes
     python benchmarks/step_fixed_points.py --power --lengths 1,0.25
+    python benchmarks/step_fixed_points.py --stability --n 200 --seed 6 \
+        --lengths 0.8,0.7,0.62,0.6,0.56,0.54,0.52,0.5,0.48       # about a minute
 """
 
 from __future__ import annotations
@@ -52,7 +60,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 
 from robustep import GPClassifier, config
-from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
+from robustep.ep import (
+    InferenceStrategy,
+    expectation_propagation,
+    fixed_point_stability,
+    run_chain,
+)
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.likelihoods import NoisyStep
 
@@ -159,6 +172,35 @@ def power_runs(X, y, eps, lengths):
               f"{r_plain.log_Z:.4f} | {r_fast.log_Z:.4f} |", flush=True)  # fmt: skip
 
 
+def stability_rows(X, y, eps, lengths, damping=0.3):
+    """Per length-scale, two runs from zero sites: stage "accelerated", and plain damped
+    parallel EP (``damping``, no cavity safeguard: a sweep that makes a cavity improper is
+    taken, and that site waits); for each run that converged, the stability of parallel
+    EP at its fixed point.  One table row per run."""
+    print("| length-scale | run | sweeps | smallest residual | log Z | largest Re λ | "
+          "spectral radius | smallest damping |\n|" + "---|" * 8)  # fmt: skip
+    for ell in lengths:
+        K = RBF(ell)(X)
+        K[np.diag_indices_from(K)] += 1e-8
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            plain = expectation_propagation(
+                K, y, NoisyStep(eps), damping=damping, robust=False, mean_sweeps=0,
+                double_loop="never", tol=TOL, tol_units=STRATEGY.tol_units, max_iter=1000,
+            )  # fmt: skip
+        for name, res in (("accelerated", accelerated(K, y, eps)), (f"damped {damping:g}", plain)):
+            row = (f"| {ell:g} | {name} | {res.n_iter}{'' if res.converged else ' (failed)'} | "
+                   f"{min(res.history['residual']):.2g} | ")  # fmt: skip
+            if not res.converged:
+                print(row + "– | – | – | – |", flush=True)
+                continue
+            found = fixed_point_stability(K, y, NoisyStep(eps), res)
+            smallest = found.smallest_damping
+            print(row + f"{res.log_Z:.3f} | {found.largest_real_part:.3g} | "
+                  f"{found.spectral_radius:.3g} | "
+                  f"{'none' if smallest is None else f'{smallest:.2g}'} |", flush=True)  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -169,9 +211,14 @@ def main(argv=None):
                         help="--fit without the search on power EP's evidence")  # fmt: skip
     parser.add_argument("--power", action="store_true",
                         help="plain and Anderson-accelerated power EP at --lengths")  # fmt: skip
+    parser.add_argument("--stability", action="store_true",
+                        help="parallel EP's stability at the fixed points")  # fmt: skip
+    parser.add_argument("--data", choices=("xor", "smooth"), default="xor")
+    parser.add_argument("--flip", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args(argv)
     stress = _stress()
-    X, y = stress.step_noise_data("xor", args.n, 0.2, 5)
+    X, y = stress.step_noise_data(args.data, args.n, args.flip, args.seed)
     if args.fit is not None:
         test = stress.step_noise_data("xor", 5000, 0.0, 99)
         print(fit(X, y, args.eps, args.fit, not args.no_power_search, test))
@@ -179,7 +226,11 @@ def main(argv=None):
     if args.power:
         power_runs(X, y, args.eps, [float(v) for v in args.lengths.split(",")])
         return
-    print(f"XOR, 20% flips, n = {args.n}, seed 5, NoisyStep({args.eps:g})\n")
+    print(f"{args.data}, {args.flip:.0%} flips, n = {args.n}, seed {args.seed}, "
+          f"NoisyStep({args.eps:g})\n")  # fmt: skip
+    if args.stability:
+        stability_rows(X, y, args.eps, [float(v) for v in args.lengths.split(",")])
+        return
     print("| length-scale | start | converged | sweeps (before) | smallest residual | how it "
           "ended | site precisions | negative sites | log Z | s |\n|" + "---|" * 10)  # fmt: skip
     for ell in (float(v) for v in args.lengths.split(",")):

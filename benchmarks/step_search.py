@@ -54,7 +54,11 @@ sweeps.  ``--variant`` runs the fit as it was with an earlier design, for compar
 * ``fresh-memory``: a warm-started run of stage "accelerated" starts with an empty memory
   instead of its warm start's differences (``AcceleratedStage(reuse_differences=False)``);
 * ``no-stones``: a search evaluation far from its warm start is not approached through
-  stepping stones (``robustep.config(search_stone_step=None)``).
+  stepping stones (``robustep.config(search_stone_step=None)``);
+* ``damped-fallback``: a run of stage "accelerated" (of EP, not power EP) that fails is
+  followed by plain damped parallel EP from zero sites (damping 0.3, no cavity safeguard,
+  at most 300 sweeps, stopped when it hovers over windows of 20), whose result replaces it
+  where it converges (:func:`damped_fallback`).
 
 Every fit also counts its posterior factorisations (``_Context.count_factorisation``),
 printed in the totals.
@@ -143,6 +147,7 @@ VARIANTS = (
     "fresh-memory",
     "no-stones",
     "unit-fallback-step",
+    "damped-fallback",
 )
 
 
@@ -216,6 +221,32 @@ def retried_plain_proposal(extrapolate):
         return new
 
     return retried
+
+
+def damped_fallback(run_accelerated, damping=0.3, max_sweeps=300, window=20):
+    """``run_accelerated`` (``accelerated_expectation_propagation`` as the chain calls it)
+    followed, where an EP run fails, by plain damped parallel EP from zero sites
+    (``damping``, ``robust=False``: no cavity safeguard) stopped when it hovers; its
+    result, with both runs' sweeps, where it converges."""
+    from robustep.ep import chain, expectation_propagation
+
+    def with_fallback(K, y, likelihood, **options):
+        res = run_accelerated(K, y, likelihood, **options)
+        if res.converged or options.get("power", 1.0) != 1.0:
+            return res
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plain = expectation_propagation(
+                K, y, likelihood, damping=damping, robust=False, mean_sweeps=0,
+                double_loop="never", tol=options["tol"], tol_units=options["tol_units"],
+                max_iter=min(options["max_iter"], max_sweeps),
+                callback=chain.hover_callback(window),
+            )  # fmt: skip
+        chosen = plain if plain.converged else res
+        chosen.n_iter = int(res.n_iter) + int(plain.n_iter)
+        return chosen
+
+    return with_fallback
 
 
 def _change_auto(strategy, change):
@@ -338,6 +369,15 @@ def variant(name, runs, lengths=None):
     elif name == "retried-plain-proposal":
         saved[(accelerated, "_extrapolate")] = accelerated._extrapolate
         accelerated._extrapolate = retried_plain_proposal(accelerated._extrapolate)
+    elif name == "damped-fallback":
+        from robustep.ep import chain
+
+        saved[(chain, "accelerated_expectation_propagation")] = (
+            chain.accelerated_expectation_propagation
+        )
+        chain.accelerated_expectation_propagation = damped_fallback(
+            chain.accelerated_expectation_propagation
+        )
     elif name in ("last-warm", "nearest-warm"):
         jump = None if name == "last-warm" else 1e-12
         settings.enter_context(config(search_warm_jump=jump))

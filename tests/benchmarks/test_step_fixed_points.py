@@ -63,3 +63,19 @@ def test_power_runs(capsys):
     cells = row[0].strip("|").split("|")
     assert len(row) == 1 and "failed" not in row[0]
     assert abs(float(cells[5]) - float(cells[6])) < 1e-3
+
+
+def test_stability_table(capsys):
+    """--stability: one row per run and length-scale, with the eigenvalue summary where
+    the run converged (the well-specified model at n = 40 converges in both)."""
+    module = load_benchmark("step_fixed_points")
+    module.main(["--stability", "--n", "40", "--eps", "0.2", "--lengths", "0.5",
+                 "--data", "smooth", "--seed", "1"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("smooth, 20% flips, n = 40, seed 1, NoisyStep(0.2)")
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| 0.5 |")]
+    assert [row[1].strip() for row in rows] == ["accelerated", "damped 0.3"]
+    for row in rows:
+        assert "failed" not in row[2]
+        radius, damping = float(row[6]), row[7].strip()
+        assert radius > 0 and (damping == "none" or 0.0 <= float(damping) < 1.0)

@@ -230,3 +230,31 @@ def test_run_counts_factorisations(monkeypatch):
     (fit,) = step_search.run("current", verbose=False)
     assert engine._Context.count_factorisation is count
     assert fit["factorisations"] >= sum(sweeps for *_, sweeps in fit["runs"]) > 0
+
+
+def test_damped_fallback_variant_runs_damped_sweeps_after_a_failed_run():
+    """damped-fallback: the chain's accelerated runs are wrapped while the variant lasts;
+    a run that fails is followed by plain damped EP, whose converged result replaces it
+    with both runs' sweeps (the smooth-boundary fixed point at length-scale 0.88 that
+    stage "accelerated" misses from zero sites, docs/reliability.md)."""
+    from sklearn.gaussian_process.kernels import RBF
+
+    from robustep.ep import chain
+    from robustep.likelihoods import NoisyStep
+
+    step_search = _module()
+    original = chain.accelerated_expectation_propagation
+    with step_search.variant("damped-fallback", []):
+        assert chain.accelerated_expectation_propagation is not original
+    assert chain.accelerated_expectation_propagation is original
+    X, y = load_benchmark("stress").step_noise_data("smooth", 300, 0.2, 6)
+    K = RBF(0.88)(X) + 1e-8 * np.eye(300)
+    options = dict(max_iter=1000, tol=1e-4, tol_units="marginal", restarts=2,
+                   divergence=20.0)  # fmt: skip
+    alone = original(K, y, NoisyStep(0.2), **options)
+    assert not alone.converged
+    res = step_search.damped_fallback(original)(K, y, NoisyStep(0.2), **options)
+    assert res.converged and res.n_iter > alone.n_iter
+    # power EP's runs are left alone
+    power = step_search.damped_fallback(original)(K, y, NoisyStep(0.2), power=0.5, **options)
+    assert power.n_iter <= options["max_iter"]

@@ -12,6 +12,7 @@ from robustep.ep.multiclass_sparse import (
     sparse_nested_ep,
 )
 from robustep.ep.pseudo_point import PseudoPointEPResult, pseudo_point_power_ep
+from robustep.ep.stability import FixedPointStability, fixed_point_stability
 from robustep.ep.state import EPResult
 from robustep.ep.stochastic import StochasticEPResult, fit_stochastic_ep
 from robustep.ep.stochastic_multiclass import (
@@ -25,6 +26,8 @@ __all__ = [
     "AdaptiveDamping",
     "DoubleLoop",
     "EPResult",
+    "FixedPointStability",
+    "fixed_point_stability",
     "InferenceStrategy",
     "accelerated_expectation_propagation",
     "auto_expectation_propagation",
