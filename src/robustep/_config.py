@@ -260,6 +260,10 @@ class Settings:
         finds no fixed point, the dogleg trust-region method
         (:func:`robustep.tep.fixed_point.solve_fixed_point`, a dense 2n x 2n Jacobian per
         step) is tried on training sets of at most this many points; 0 never does.
+    stability_max_sites : int >= 0
+        :func:`robustep.ep.fixed_point_stability` analyses at most this many sites: it
+        makes 1 + 4n posterior factorisations and an eigen-decomposition of a 2n x 2n
+        matrix, O(n⁴) in all for a dense prior.
     """
 
     jitter: float = 1e-10
@@ -298,6 +302,7 @@ class Settings:
     stochastic_validation_max_rows: int | None = 10_000
     auto_inducing_power: float = 0.5
     tep_fixed_point_max_sites: int = 1000
+    stability_max_sites: int = 1000
 
     def __post_init__(self):
         bt = self.blas_threads
@@ -329,6 +334,7 @@ class Settings:
             if getattr(self, name) is not None:  # None: the rule is off
                 _check_real(name, getattr(self, name), positive=True)
         _check_integer("tep_fixed_point_max_sites", self.tep_fixed_point_max_sites, 0)
+        _check_integer("stability_max_sites", self.stability_max_sites, 0)
         if self.search_stall_evaluations is not None:
             _check_integer("search_stall_evaluations", self.search_stall_evaluations, 1)
         _check_real("search_stall_step", self.search_stall_step, positive=False)

@@ -11,6 +11,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 
+from robustep import config
 from robustep.ep import (
     FixedPointStability,
     expectation_propagation,
@@ -196,6 +197,8 @@ def test_validation():
         fixed_point_stability(K, y, Probit(), (np.r_[-1.0, np.zeros(5)], np.zeros(6)))
     with pytest.raises(ValueError, match="damping"):
         _synthetic([0.5]).rate(1.0)
+    with config(stability_max_sites=5), pytest.raises(ValueError, match="stability_max_sites"):
+        fixed_point_stability(K, y, Probit(), good)
 
 
 def test_inputs_are_not_modified():

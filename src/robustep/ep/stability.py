@@ -23,6 +23,7 @@ import numbers
 import numpy as np
 from scipy import optimize
 
+from robustep._config import get_config
 from robustep.ep.engine import _check_inputs, _Context, _evaluate
 from robustep.ep.state import EPResult
 from robustep.ep.updates import moment_matching_update
@@ -146,7 +147,8 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
     -----
     Cost: 1 + 4n posterior factorisations with central differences (1 + 2n forward)
     and an eigen-decomposition of a 2n × 2n matrix, O(n⁴) in all for a dense prior:
-    a diagnostic for n up to a few hundred, not for a fitting loop.
+    a diagnostic for n up to a few hundred, not for a fitting loop.  Larger problems
+    than ``robustep.config(stability_max_sites=...)`` (1000) raise ``ValueError``.
     """
     if isinstance(sites, EPResult):
         if power is None:
@@ -157,6 +159,14 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
         raise ValueError(f"step must be in (0, 1), got {step!r}")
     prior, y = _check_inputs(K, y, likelihood, "parallel", 0.0, power, 1, 1.0)
     n = prior.n
+    limit = get_config().stability_max_sites
+    if n > limit:
+        raise ValueError(
+            f"fixed_point_stability on {n} sites would make {1 + 4 * n} posterior "
+            f"factorisations and decompose a {2 * n} x {2 * n} matrix; the limit is "
+            f"{limit} sites (robustep.config(stability_max_sites=...)). Analyse a subset "
+            "of the data, or raise the limit"
+        )
     try:
         precision, shift = (np.array(a, dtype=float) for a in sites)
     except (TypeError, ValueError):
