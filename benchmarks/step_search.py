@@ -151,7 +151,9 @@ VARIANTS = (
 )
 
 
+@functools.cache
 def _stress():
+    """benchmarks/stress.py as a module, loaded once."""
     path = Path(__file__).resolve().parent / "stress.py"
     spec = importlib.util.spec_from_file_location("_stress_step_search", path)
     module = importlib.util.module_from_spec(spec)
@@ -228,20 +230,18 @@ def damped_fallback(run_accelerated, damping=0.3, max_sweeps=300, window=20):
     followed, where an EP run fails, by plain damped parallel EP from zero sites
     (``damping``, ``robust=False``: no cavity safeguard) stopped when it hovers; its
     result, with both runs' sweeps, where it converges."""
-    from robustep.ep import chain, expectation_propagation
+    from robustep.ep import chain
+
+    plain_damped_ep = _stress().plain_damped_ep
 
     def with_fallback(K, y, likelihood, **options):
         res = run_accelerated(K, y, likelihood, **options)
         if res.converged or options.get("power", 1.0) != 1.0:
             return res
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            plain = expectation_propagation(
-                K, y, likelihood, damping=damping, robust=False, mean_sweeps=0,
-                double_loop="never", tol=options["tol"], tol_units=options["tol_units"],
-                max_iter=min(options["max_iter"], max_sweeps),
-                callback=chain.hover_callback(window),
-            )  # fmt: skip
+        plain = plain_damped_ep(
+            K, y, likelihood, damping, tol=options["tol"], tol_units=options["tol_units"],
+            max_iter=min(options["max_iter"], max_sweeps), callback=chain.hover_callback(window),
+        )  # fmt: skip
         chosen = plain if plain.converged else res
         chosen.n_iter = int(res.n_iter) + int(plain.n_iter)
         return chosen

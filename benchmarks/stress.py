@@ -466,6 +466,22 @@ def step_noise_data(boundary, n, flip, seed):
     return X, y
 
 
+def plain_damped_ep(K, y, likelihood, damping, **options):
+    """Damped parallel EP without the engine's safeguards: exactly x <- d x + (1 - d) g(x)
+    (``robust=False``: a sweep that makes a cavity improper is taken, and that site
+    waits; no mean sweeps, no double loop); ``options`` go to
+    ``expectation_propagation`` and its ConvergenceWarning is silenced (the caller reads
+    ``converged``)."""
+    from robustep.ep import expectation_propagation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return expectation_propagation(
+            K, y, likelihood, damping=damping, robust=False, mean_sweeps=0,
+            double_loop="never", **options,
+        )  # fmt: skip
+
+
 def step_noise_cells(quick=False, sizes=(200, 300), seeds=range(5, 10)):
     """(boundary, flip, label_noise, n, seed, signal variance, length-scale) of the grid.
 

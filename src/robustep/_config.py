@@ -262,8 +262,8 @@ class Settings:
         step) is tried on training sets of at most this many points; 0 never does.
     stability_max_sites : int >= 0
         :func:`robustep.ep.fixed_point_stability` analyses at most this many sites: it
-        makes 1 + 4n posterior factorisations and an eigen-decomposition of a 2n x 2n
-        matrix, O(n⁴) in all for a dense prior.
+        forms the n x n posterior covariance and eigen-decomposes a 2n x 2n Jacobian,
+        O(n³) time and O(n²) memory.
     """
 
     jitter: float = 1e-10

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
+from _benchmarks import load_benchmark
 from robustep.ep import InferenceStrategy, expectation_propagation, run_chain
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.ep.chain import failure_message
@@ -411,21 +412,12 @@ def test_stage_engine_options_are_the_engine_keywords(monkeypatch):
     assert {key: seen[key] for key in options} == options
 
 
-def _smooth(n, flip, seed):
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-1.0, 1.0, size=(n, 2))
-    y = np.where(X[:, 1] > 0.5 * np.sin(3.0 * X[:, 0]), 1.0, -1.0)
-    flipped = rng.random(n) < flip
-    y[flipped] = -y[flipped]
-    return X, y
-
-
 def test_a_warm_start_reuses_its_runs_differences():
     """reuse_differences: a run warm-started from a nearby length-scale's result starts
     its memory from that run's differences; it reaches the same fixed point as with an
     empty memory (to its tolerance), in fewer sweeps on a chain of nearby length-scales
     of the smooth-boundary step cell (20% flips, n = 200, seed 5)."""
-    X, y = _smooth(200, 0.2, 5)
+    X, y = load_benchmark("stress", "_stress_accelerated").step_noise_data("smooth", 200, 0.2, 5)
     lik = NoisyStep(0.2)
     options = {"tol": 1e-2, "tol_units": "marginal", "max_iter": 100}
     first = accelerated_expectation_propagation(RBF(0.779)(X), y, lik, **options)

@@ -755,21 +755,29 @@ def _check_mean_sweeps(mean_sweeps, site_update):
     return int(mean_sweeps)
 
 
-def _initial_sites(init, n):
+def _initial_sites(init, n, name="init"):
+    """(site_precision, site_shift) copies, (n,) each, from ``init``: None (zero sites), an
+    EPResult or a pair of arrays; ``name`` is the argument the error messages name."""
     if init is None:
         return np.zeros(n), np.zeros(n)
     if isinstance(init, str):
         raise ValueError(
-            f'init must be None, "subset", a (site_precision, site_shift) pair or an '
+            f'{name} must be None, "subset", a (site_precision, site_shift) pair or an '
             f"EPResult, got {init!r}"
         )
     if isinstance(init, EPResult):
         init = (init.site_precision, init.site_shift)
-    precision, shift = (np.array(a, dtype=float) for a in init)
+    try:
+        precision, shift = (np.array(a, dtype=float) for a in init)
+    except (TypeError, ValueError) as error:  # not iterable, not two entries, not numbers
+        raise type(error)(
+            f"{name} must be an EPResult or a (site_precision, site_shift) pair of arrays, "
+            f"got {type(init).__name__}"
+        ) from None
     if precision.shape != (n,) or shift.shape != (n,):
-        raise ValueError(f"init must be (site_precision, site_shift) of shape ({n},)")
+        raise ValueError(f"{name} must be (site_precision, site_shift) of shape ({n},)")
     if not (np.all(np.isfinite(precision)) and np.all(np.isfinite(shift))):
-        raise ValueError("init contains NaN or inf")
+        raise ValueError(f"{name} contains NaN or inf")
     return precision, shift
 
 

@@ -10,9 +10,11 @@ unit circle under λ ↦ d + (1 − d) λ.  That is possible for some d < 1 if a
 every eigenvalue has Re λ < 1; an eigenvalue with Re λ ≥ 1 makes the fixed point
 repelling for every damping (docs/derivations/ep_stability.md).
 
-:func:`fixed_point_stability` estimates J by finite differences and returns the
-eigenvalues with the quantities a user needs to choose a damping or to see that no
-damping can reach the point.
+:func:`fixed_point_stability` forms J from one posterior factorisation (each site's
+proposal depends on the sites only through its cavity, and the cavities on all sites
+through q's marginals and the posterior covariance) and returns its eigenvalues with the
+quantities a user needs to choose a damping or to see that no damping can reach the
+point.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import numpy as np
 from scipy import optimize
 
 from robustep._config import get_config
-from robustep.ep.engine import _check_inputs, _Context, _evaluate
+from robustep.ep.engine import _check_inputs, _Context, _evaluate, _initial_sites
 from robustep.ep.state import EPResult
-from robustep.ep.updates import moment_matching_update
+from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.linalg import InvalidSiteConfiguration
 
 __all__ = ["FixedPointStability", "fixed_point_stability"]
@@ -46,8 +48,7 @@ class FixedPointStability:
         point is from a fixed point (the analysis describes the fixed point only when
         this is small).
     n_factorisations : int
-        Posterior factorisations spent (1 + 2n with forward, 1 + 4n with central
-        differences).
+        Posterior factorisations spent (one).
     """
 
     eigenvalues: np.ndarray
@@ -80,9 +81,8 @@ class FixedPointStability:
         lam = self.eigenvalues
         if not lam.size:
             return 0.0
-        distance = np.abs(1.0 - lam) ** 2
-        with np.errstate(divide="ignore"):
-            bound = np.where(distance > 0, 2.0 * (1.0 - lam.real) / distance, np.inf)
+        # (every Re λ < 1 here, so no |1 − λ| is 0)
+        bound = 2.0 * (1.0 - lam.real) / np.abs(1.0 - lam) ** 2
         return float(max(0.0, 1.0 - np.min(bound)))
 
     def rate(self, damping: float) -> float:
@@ -111,18 +111,19 @@ class FixedPointStability:
 def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, central=True):
     """Linear stability of (damped) parallel EP at a site configuration.
 
-    Estimates the Jacobian of the undamped parallel EP map (cavities from the current
-    posterior, tilted moment matching, every site replaced) by finite differences in the
-    site parameters and returns its eigenvalues (docs/derivations/ep_stability.md).  At
-    a fixed point they decide whether parallel EP converges there (spectral radius
-    below 1), which dampings do (:attr:`FixedPointStability.smallest_damping`), or that
-    none does (an eigenvalue with real part ≥ 1): such a fixed point is repelling for
-    every damping, and parallel EP from anywhere misses it however long it runs.
+    Returns the eigenvalues of the Jacobian of the undamped parallel EP map (cavities
+    from the current posterior, tilted moment matching, every site replaced) in the site
+    parameters (docs/derivations/ep_stability.md).  At a fixed point they decide whether
+    parallel EP converges there (spectral radius below 1), which dampings do
+    (:attr:`FixedPointStability.smallest_damping`), or that none does (an eigenvalue
+    with real part ≥ 1): such a fixed point is repelling for every damping, and parallel
+    EP from anywhere misses it however long it runs.
 
     Parameters
     ----------
     K : (n, n) array or robustep.posterior.GaussianPrior
-        Prior covariance of the latent values.
+        Prior covariance of the latent values; a prior must form the full posterior
+        covariance (``supports_sequential``, as :class:`~robustep.posterior.DensePrior`).
     y : (n,) array
         Targets for ``likelihood``.
     likelihood : robustep.likelihoods.Likelihood
@@ -133,11 +134,11 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
         Fractional EP power η (Jylänki et al. 2011 eqs. 14–15); None takes the
         ``power`` of an EPResult, else 1.
     step : float
-        Relative finite-difference step: site parameter x_i moves by
-        ``step * max(1, |x_i|)``.
+        Relative finite-difference step of each site's moment-matching map in its
+        cavity's natural parameters (derivation §4).
     central : bool
-        Central differences (2 evaluations per parameter, error O(step²)) or forward
-        differences (1 per parameter, error O(step)).
+        Central differences (4 vectorised evaluations of the tilted moments, error
+        O(step²)) or forward differences (2, error O(step)).
 
     Returns
     -------
@@ -145,15 +146,17 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
 
     Notes
     -----
-    Cost: 1 + 4n posterior factorisations with central differences (1 + 2n forward)
-    and an eigen-decomposition of a 2n × 2n matrix, O(n⁴) in all for a dense prior:
-    a diagnostic for n up to a few hundred, not for a fitting loop.  Larger problems
-    than ``robustep.config(stability_max_sites=...)`` (1000) raise ``ValueError``.
+    Cost: one posterior factorisation, the n × n posterior covariance, and an
+    eigen-decomposition of the 2n × 2n Jacobian, O(n³) in all; more sites than
+    ``robustep.config(stability_max_sites=...)`` (1000) raise ``ValueError``.
     """
     if isinstance(sites, EPResult):
         if power is None:
             power = sites.power
-        sites = (sites.site_precision, sites.site_shift)
+    elif sites is None or isinstance(sites, str):
+        raise TypeError(
+            f"sites must be an EPResult or a (site_precision, site_shift) pair, got {sites!r}"
+        )
     power = 1.0 if power is None else power
     if not (isinstance(step, numbers.Real) and 0.0 < step < 1.0):
         raise ValueError(f"step must be in (0, 1), got {step!r}")
@@ -162,59 +165,87 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
     limit = get_config().stability_max_sites
     if n > limit:
         raise ValueError(
-            f"fixed_point_stability on {n} sites would make {1 + 4 * n} posterior "
-            f"factorisations and decompose a {2 * n} x {2 * n} matrix; the limit is "
-            f"{limit} sites (robustep.config(stability_max_sites=...)). Analyse a subset "
-            "of the data, or raise the limit"
+            f"fixed_point_stability on {n} sites would decompose a {2 * n} x {2 * n} "
+            f"matrix; the limit is {limit} sites (robustep.config(stability_max_sites=...)). "
+            "Analyse a subset of the data, or raise the limit"
         )
-    try:
-        precision, shift = (np.array(a, dtype=float) for a in sites)
-    except (TypeError, ValueError):
-        raise TypeError(
-            "sites must be an EPResult or a (site_precision, site_shift) pair of arrays"
-        ) from None
-    if precision.shape != (n,) or shift.shape != (n,):
+    if not prior.supports_sequential:
         raise ValueError(
-            f"sites must be (site_precision, site_shift) of shape ({n},), got "
-            f"{precision.shape} and {shift.shape}"
+            f"fixed_point_stability needs the full posterior covariance, which "
+            f"{type(prior).__name__} does not form; pass the dense prior covariance K"
         )
-    if not (np.all(np.isfinite(precision)) and np.all(np.isfinite(shift))):
-        raise ValueError("sites contain NaN or inf; pass a finite site configuration")
+    precision, shift = _initial_sites(sites, n, name="sites")
     ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), 0.0, 1.0, 1, None)
-    x0 = np.concatenate([precision, shift])
-
-    def proposal(x):
-        try:
-            ev = _evaluate(ctx, x[:n], x[n:])
-        except InvalidSiteConfiguration as error:
-            raise ValueError(
-                f"the posterior is not positive definite at this site configuration or a "
-                f"step away from it ({error}); analyse a converged fit, or use a smaller step"
-            ) from None
-        if not np.all(ev.valid):
-            raise ValueError(
-                f"{int(np.sum(~ev.valid))} of {n} cavities are invalid (not positive) at "
-                "this site configuration or a step away from it; the EP map is undefined "
-                "there. Analyse a converged fit, or use a smaller step"
-            )
-        return np.concatenate([ev.proposal_precision, ev.proposal_shift])
-
-    g0 = proposal(x0)
-    jacobian = np.empty((2 * n, 2 * n))
-    for i in range(2 * n):
-        h = step * max(1.0, abs(x0[i]))
-        forward = x0.copy()
-        forward[i] += h
-        if central:
-            backward = x0.copy()
-            backward[i] -= h
-            jacobian[:, i] = (proposal(forward) - proposal(backward)) / (2.0 * h)
-        else:
-            jacobian[:, i] = (proposal(forward) - g0) / h
-    eigenvalues = np.linalg.eigvals(jacobian) if n else np.zeros(0, dtype=complex)
+    try:
+        ev = _evaluate(ctx, precision, shift)
+    except InvalidSiteConfiguration as error:
+        raise ValueError(
+            f"the posterior is not positive definite at this site configuration ({error}); "
+            "analyse a converged fit"
+        ) from None
+    if not np.all(ev.valid):
+        raise ValueError(
+            f"{int(np.sum(~ev.valid))} of {n} cavities are invalid (not positive) at this "
+            "site configuration; the EP map is undefined there. Analyse a converged fit"
+        )
+    jacobian = _jacobian(ctx, ev, step, central)
+    eigenvalues = np.linalg.eigvals(jacobian)
     eigenvalues = eigenvalues[np.argsort(-np.abs(eigenvalues), kind="stable")]
+    residual = max_abs(ev.proposal_precision - precision, ev.proposal_shift - shift)
     return FixedPointStability(
         eigenvalues=eigenvalues.astype(complex),
-        residual=float(np.max(np.abs(g0 - x0))) if n else 0.0,
+        residual=residual,
         n_factorisations=ctx.n_factorisations,
+    )
+
+
+def _site_partials(ctx, ev, step, central):
+    """The derivatives of each site's proposal (τ̃*_i, ν̃*_i) in its cavity's natural
+    parameters (λ₋_i, h₋_i): four (n,) arrays d τ̃*/d λ₋, d τ̃*/d h₋, d ν̃*/d λ₋,
+    d ν̃*/d h₋, by finite differences vectorised over the sites (derivation §4)."""
+    lam, h = ev.cav_precision, ev.cav_shift
+    steps = (step * lam, step * np.maximum(np.abs(h), np.sqrt(lam)))
+
+    def proposal(lam, h):
+        var = 1.0 / lam
+        out = ctx.rule(ctx.likelihood, ctx.y, h * var, var, ev.precision, ev.shift, ctx.power)
+        return np.asarray(out[0], dtype=float), np.asarray(out[1], dtype=float)
+
+    base = None if central else (ev.proposal_precision, ev.proposal_shift)
+    partials = []
+    for which, delta in enumerate(steps):
+        up = proposal(lam + delta * (which == 0), h + delta * (which == 1))
+        if central:
+            down = proposal(lam - delta * (which == 0), h - delta * (which == 1))
+            partials.append([(u - d) / (2.0 * delta) for u, d in zip(up, down, strict=True)])
+        else:
+            partials.append([(u - b) / delta for u, b in zip(up, base, strict=True)])
+    (t_lam, n_lam), (t_h, n_h) = partials
+    if not all(np.all(np.isfinite(a)) for a in (t_lam, t_h, n_lam, n_h)):
+        raise ValueError(
+            "the tilted moments are not finite a step away from this site configuration; "
+            "use a smaller step"
+        )
+    return t_lam, t_h, n_lam, n_h
+
+
+def _jacobian(ctx, ev, step, central):
+    """J = ∂(τ̃*, ν̃*)/∂(τ̃, ν̃) (2n, 2n) of the parallel EP map at ``ev``: each site's
+    partials in its cavity (:func:`_site_partials`) times the cavities' derivatives in
+    all sites through q's marginals, from the posterior covariance Σ (derivation §4)."""
+    n, eta = ev.precision.size, ctx.power
+    S = ev.post.covariance()
+    mean, var = ev.post.mean, ev.post.var
+    # cavity (λ₋_i, h₋_i) = (1/v_i − η τ̃_i, m_i/v_i − η ν̃_i), with ∂v_i/∂τ̃_j = −Σ_ij²,
+    # ∂m_i/∂τ̃_j = −Σ_ij m_j and ∂m_i/∂ν̃_j = Σ_ij
+    S2 = S * S
+    lam_tau = S2 / var[:, None] ** 2 - eta * np.eye(n)
+    h_tau = (mean / var**2)[:, None] * S2 - S * mean[None, :] / var[:, None]
+    h_nu = S / var[:, None] - eta * np.eye(n)
+    t_lam, t_h, n_lam, n_h = (a[:, None] for a in _site_partials(ctx, ev, step, central))
+    return np.block(
+        [
+            [t_lam * lam_tau + t_h * h_tau, t_h * h_nu],
+            [n_lam * lam_tau + n_h * h_tau, n_h * h_nu],
+        ]
     )
