@@ -22,7 +22,9 @@ proof (docs/reliability.md, "Cost of the step classifier").
 defaults on the same data, but ``K`` fallback starts (``robustep.config(
 search_fallback_starts=K)``; the default is 2), and prints how its search and final fit
 ended, then the default probit fit's seconds on the same data, the ratio, and both
-fits' accuracy on 5000 noise-free test points; ``--no-power-search`` leaves out the
+fits' accuracy on 5000 noise-free test points, and last the step fit's final fit alone
+(its fitted kernel fixed, ``optimizer=None``: one EP run from zero sites, what a cold
+evaluation at the optimum costs) over the probit fit; ``--no-power-search`` leaves out the
 search on power EP's evidence that follows a search whose every EP evaluation failed
 (``robustep.config(search_power_fallback=False)``).  ``--power`` runs power EP at each
 of ``--lengths`` from zero sites, by plain damped sweeps and by Anderson mixing.
@@ -31,6 +33,8 @@ safeguard) from zero sites at each length-scale and, for each run that converges
 the eigenvalues of the parallel EP map's Jacobian at its fixed point
 (``robustep.ep.fixed_point_stability``): a largest real part of 1 or more means no
 damping makes the fixed point attracting, so damped EP misses it from any start.
+``--sequential`` adds to each length-scale of ``--stability`` sequential EP from zero
+sites (the engine's ``schedule="sequential"``, damping 0 and 0.5, at most 300 sweeps).
 ``--data``, ``--flip`` and ``--seed`` choose the data (default: XOR, 20% flips, seed 5).
 
 Usage::
@@ -43,6 +47,9 @@ Usage::
     python benchmarks/step_fixed_points.py --power --lengths 1,0.25
     python benchmarks/step_fixed_points.py --stability --n 200 --seed 6 \
         --lengths 0.8,0.7,0.66,0.62,0.6,0.56,0.54,0.52,0.5,0.48  # about 15 s
+    python benchmarks/step_fixed_points.py --stability --sequential --n 200 --seed 6 \
+        --lengths 0.8,0.66,0.6,0.56,0.52,0.5  # about 2 minutes
+    python benchmarks/step_fixed_points.py --fit 2 --n 200 --seed 6   # seconds
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ from robustep.likelihoods import NoisyStep
 STRATEGY = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
 #: the estimator's default tolerance
 TOL = 1e-4
+#: the sweeps a sequential run of ``--stability --sequential`` may take
+SEQUENTIAL_SWEEPS = 300
 
 
 @functools.cache
@@ -124,8 +133,8 @@ def fit(X, y, eps, fallback_starts, power_search=True, test=None):
     power EP's evidence where every EP evaluation fails, unless ``power_search`` is
     False), then the default probit fit on the same data: a summary line each, with the
     accuracy on ``test`` (X, y) and the step fit's seconds over the probit fit's."""
-    settings = config(search_fallback_starts=fallback_starts, search_power_fallback=power_search)
-    with settings, warnings.catch_warnings(record=True) as seen:
+    settings = dict(search_fallback_starts=fallback_starts, search_power_fallback=power_search)
+    with config(**settings), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         t0 = time.perf_counter()
         est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
@@ -134,6 +143,12 @@ def fit(X, y, eps, fallback_starts, power_search=True, test=None):
     t0 = time.perf_counter()
     probit = GPClassifier().fit(X, y)
     probit_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with config(**settings), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        final = GPClassifier(likelihood="step", label_noise=eps, kernel=est.kernel_,
+                             optimizer=None).fit(X, y)  # fmt: skip
+    final_seconds = time.perf_counter() - t0
     if test is None:
         accuracy = ""
     else:
@@ -150,7 +165,10 @@ def fit(X, y, eps, fallback_starts, power_search=True, test=None):
         f"ConvergenceWarning\nprobit fit: {probit_seconds:.1f} s, "
         f"{probit.optimizer_result_.n_evaluations} evaluations, length-scale "
         f"{float(probit.kernel_.k2.length_scale):.3g}; step / probit: "
-        f"{seconds / probit_seconds:.1f}x{accuracy}"
+        f"{seconds / probit_seconds:.1f}x{accuracy}\nthe step fit's final fit alone (its "
+        f"kernel fixed, optimizer=None, from zero sites): {final_seconds:.2f} s, "
+        f"{final.method_used_}, {final.n_iter_} sweeps; / probit fit: "
+        f"{final_seconds / probit_seconds:.1f}x"
     )
 
 
@@ -175,11 +193,22 @@ def power_runs(X, y, eps, lengths):
               f"{r_plain.log_Z:.4f} | {r_fast.log_Z:.4f} |", flush=True)  # fmt: skip
 
 
-def stability_rows(X, y, eps, lengths, damping=0.3):
+def sequential(K, y, eps, damping, max_iter=SEQUENTIAL_SWEEPS):
+    """Sequential EP (rank-one updates, the engine's safeguards) from zero sites."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return expectation_propagation(
+            K, y, NoisyStep(eps), schedule="sequential", damping=damping, tol=TOL,
+            tol_units=STRATEGY.tol_units, max_iter=max_iter,
+        )  # fmt: skip
+
+
+def stability_rows(X, y, eps, lengths, damping=0.3, sequential_dampings=()):
     """Per length-scale, two runs from zero sites: stage "accelerated", and plain damped
     parallel EP (``damping``, no cavity safeguard: a sweep that makes a cavity improper is
-    taken, and that site waits); for each run that converged, the stability of parallel
-    EP at its fixed point.  One table row per run."""
+    taken, and that site waits), then sequential EP at each of ``sequential_dampings``;
+    for each run that converged, the stability of parallel EP at its fixed point.  One
+    table row per run."""
     print("| length-scale | run | sweeps | smallest residual | log Z | largest Re λ | "
           "spectral radius | smallest damping |\n|" + "---|" * 8)  # fmt: skip
     for ell in lengths:
@@ -187,7 +216,10 @@ def stability_rows(X, y, eps, lengths, damping=0.3):
         K[np.diag_indices_from(K)] += 1e-8
         plain = _stress().plain_damped_ep(K, y, NoisyStep(eps), damping, tol=TOL,
                                           tol_units=STRATEGY.tol_units, max_iter=1000)  # fmt: skip
-        for name, res in (("accelerated", accelerated(K, y, eps)), (f"damped {damping:g}", plain)):
+        rows = [("accelerated", accelerated(K, y, eps)), (f"damped {damping:g}", plain)]
+        rows += [(f"sequential, damping {d:g}", sequential(K, y, eps, d))
+                 for d in sequential_dampings]  # fmt: skip
+        for name, res in rows:
             row = (f"| {ell:g} | {name} | {res.n_iter}{'' if res.converged else ' (failed)'} | "
                    f"{min(res.history['residual']):.2g} | ")  # fmt: skip
             if not res.converged:
@@ -212,6 +244,8 @@ def main(argv=None):
                         help="plain and Anderson-accelerated power EP at --lengths")  # fmt: skip
     parser.add_argument("--stability", action="store_true",
                         help="parallel EP's stability at the fixed points")  # fmt: skip
+    parser.add_argument("--sequential", action="store_true",
+                        help="--stability with sequential EP runs as well")  # fmt: skip
     parser.add_argument("--data", choices=("xor", "smooth"), default="xor")
     parser.add_argument("--flip", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=5)
@@ -219,7 +253,7 @@ def main(argv=None):
     stress = _stress()
     X, y = stress.step_noise_data(args.data, args.n, args.flip, args.seed)
     if args.fit is not None:
-        test = stress.step_noise_data("xor", 5000, 0.0, 99)
+        test = stress.step_noise_data(args.data, 5000, 0.0, 99)
         print(fit(X, y, args.eps, args.fit, not args.no_power_search, test))
         return
     if args.power:
@@ -228,7 +262,8 @@ def main(argv=None):
     print(f"{args.data}, {args.flip:.0%} flips, n = {args.n}, seed {args.seed}, "
           f"NoisyStep({args.eps:g})\n")  # fmt: skip
     if args.stability:
-        stability_rows(X, y, args.eps, [float(v) for v in args.lengths.split(",")])
+        stability_rows(X, y, args.eps, [float(v) for v in args.lengths.split(",")],
+                       sequential_dampings=(0.0, 0.5) if args.sequential else ())  # fmt: skip
         return
     print("| length-scale | start | converged | sweeps (before) | smallest residual | how it "
           "ended | site precisions | negative sites | log Z | s |\n|" + "---|" * 10)  # fmt: skip

@@ -89,6 +89,12 @@ over the fits that end in stage "accelerated" in both (those with eps equal to t
 rate, and all), the largest change of the length-scale (relative) and of the log
 evidence.
 
+``--probit`` also fits the default probit classifier (``GPClassifier()``) to each fit's
+data, counts its posterior factorisations the same way, and prints per fit and in the
+totals the step fit's factorisations over the probit fit's: a cost ratio that, unlike
+seconds, does not depend on the machine's load (a factorisation and its sweep's moment
+matching cost about the same for both likelihoods).
+
 ``--fallback``: the searches that fail at their first evaluation (XOR with 20% flips
 fitted with eps = 0.1, n = 100 and 150, seeds 0-7): each fit without the fallback starts
 (``robustep.config(search_fallback_starts=0)``) and with the defaults.
@@ -96,6 +102,7 @@ fitted with eps = 0.1, n = 100 and 150, seeds 0-7): each fit without the fallbac
 Usage::
 
     python benchmarks/step_search.py                       # the current defaults
+    python benchmarks/step_search.py --probit              # and the probit fits' cost
     python benchmarks/step_search.py --variant former-search
     python benchmarks/step_search.py --compare current last-warm
     python benchmarks/step_search.py --large --compare current last-warm
@@ -389,10 +396,11 @@ def variant(name, runs, lengths=None):
             setattr(owner, attr, value)
 
 
-def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7)):
+def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7), probit=False):
     """The 42 fits (or with ``large`` the n = 2000 ones, :func:`cells`) as variant
     ``name``: a list of per-fit dicts; ``show_runs`` prints each fit's EP runs and their
-    sweeps."""
+    sweeps; ``probit`` also counts the default probit fit's factorisations on each fit's
+    data (outside the variant)."""
     from robustep.ep import engine
 
     data = _stress().step_noise_data
@@ -407,13 +415,13 @@ def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7)):
     engine._Context.count_factorisation = counted
     try:
         for cell in cells(large, seeds):
-            fits.append(_fit(name, cell, data, factorisations, verbose, show_runs))
+            fits.append(_fit(name, cell, data, factorisations, verbose, show_runs, probit))
     finally:
         engine._Context.count_factorisation = count
     return fits
 
 
-def _fit(name, cell, data, factorisations, verbose, show_runs):
+def _fit(name, cell, data, factorisations, verbose, show_runs, probit=False):
     """One fit of :func:`run`; ``factorisations`` is the counter :func:`run` installed."""
     boundary, n, flip, seed, eps = cell
     X, y = data(boundary, n, flip, seed)
@@ -429,10 +437,20 @@ def _fit(name, cell, data, factorisations, verbose, show_runs):
                ell=float(est.kernel_.k2.length_scale),
                lml=float(est.log_marginal_likelihood_value_),
                method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
+    if probit:
+        factorisations[0] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            GPClassifier().fit(X, y)
+        fit["probit_factorisations"] = factorisations[0]
     if verbose:
+        against = (f"; probit fit {fit['probit_factorisations']} factorisations, step / probit "
+                   f"{fit['factorisations'] / fit['probit_factorisations']:.1f}x"
+                   if probit else "")  # fmt: skip
         print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
               f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
-              f"{fit['method']}, {sum(r[3] for r in runs)} sweeps", flush=True)  # fmt: skip
+              f"{fit['method']}, {sum(r[3] for r in runs)} sweeps, "
+              f"{fit['factorisations']} factorisations{against}", flush=True)  # fmt: skip
         if show_runs:
             at = iter(lengths)
             print("    EP runs (length-scale: sweeps): " + ", ".join(
@@ -456,6 +474,26 @@ def summary(name, fits):
     print(
         f"search evaluations: {len(search)} ({stages}); failed ones: {len(failed)}, "
         f"median {np.median(failed) if failed else 0:.0f} sweeps each"
+    )
+    if fits and all("probit_factorisations" in f for f in fits):
+        print(probit_line(fits))
+
+
+def probit_line(fits, bound=3.0):
+    """One line: each fit's factorisations over the default probit fit's on the same data
+    (a ratio that does not depend on the machine's load), their median and largest, and
+    the fits above ``bound``."""
+    ratios = [f["factorisations"] / f["probit_factorisations"] for f in fits]
+    above = [(r, f["cell"]) for r, f in zip(ratios, fits, strict=True) if r > bound]
+    listed = "; ".join(
+        f"{b} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: {r:.1f}x"
+        for r, (b, n, flip, seed, eps) in sorted(above, reverse=True)
+    )
+    return (
+        f"factorisations against the probit fit's: {sum(f['probit_factorisations'] for f in fits)} "
+        f"in the probit fits; step / probit per fit: median {np.median(ratios):.2f}x, "
+        f"{min(ratios):.2f}-{max(ratios):.2f}x; above {bound:g}x: {len(above)} of {len(fits)}"
+        + (f" ({listed})" if listed else "")
     )
 
 
@@ -642,6 +680,12 @@ def main(argv=None):
         "--config search_first_step=0.1; a variant's own settings override it",
     )
     parser.add_argument(
+        "--probit",
+        action="store_true",
+        help="also count the default probit fit's factorisations on each fit's data, and "
+        "print the step fit's over the probit fit's",
+    )
+    parser.add_argument(
         "--seeds",
         default="5-7",
         help="the small fits' seeds (default 5-7, the 42 fits), a range A-B or comma-separated",
@@ -657,7 +701,10 @@ def main(argv=None):
         elif args.compare:
             compare(*args.compare, large=args.large, seeds=seeds)
         else:
-            fits = run(args.variant, large=args.large, show_runs=args.runs, seeds=seeds)
+            fits = run(
+                args.variant, large=args.large, show_runs=args.runs, seeds=seeds,
+                probit=args.probit,
+            )  # fmt: skip
             summary(args.variant, fits)
 
 

@@ -34,12 +34,14 @@ def test_fit_summary():
     X, y = module._stress().step_noise_data("xor", 60, 0.2, 5)
     test = module._stress().step_noise_data("xor", 50, 0.0, 99)
     out = module.fit(X, y, 0.2, 0, test=test)
-    first, second = out.splitlines()
+    first, second, third = out.splitlines()
     assert first.startswith("0 fallback starts, power-EP search on:")
     assert "method_used_ accelerated" in first and "0 ConvergenceWarning" in first
     assert "on EP's evidence" in first
     assert second.startswith("probit fit:") and "step / probit:" in second
     assert "accuracy on 50 noise-free test points" in second
+    assert third.startswith("the step fit's final fit alone") and "accelerated" in third
+    assert int(third.split(" sweeps")[0].split()[-1]) > 0
 
 
 def test_fit_summary_where_ep_fails_everywhere():
@@ -79,3 +81,33 @@ def test_stability_table(capsys):
         assert "failed" not in row[2]
         radius, damping = float(row[6]), row[7].strip()
         assert radius > 0 and (damping == "none" or 0.0 <= float(damping) < 1.0)
+
+
+def test_stability_table_with_sequential_runs(capsys):
+    """--stability --sequential: two sequential rows per length-scale, which on the
+    well-specified model reach the fixed point of the parallel runs (the same log Z and
+    eigenvalues: parallel EP's fixed points are sequential EP's)."""
+    module = load_benchmark("step_fixed_points")
+    module.main(["--stability", "--sequential", "--n", "40", "--eps", "0.2", "--lengths",
+                 "0.5", "--data", "smooth", "--seed", "1"])  # fmt: skip
+    rows = [line.strip("|").split("|") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| 0.5 |")]  # fmt: skip
+    assert [row[1].strip() for row in rows] == [
+        "accelerated", "damped 0.3", "sequential, damping 0", "sequential, damping 0.5",
+    ]  # fmt: skip
+    assert not any("failed" in row[2] for row in rows)
+    log_Z = [float(row[4]) for row in rows]
+    radius = [float(row[6]) for row in rows]
+    assert max(log_Z) - min(log_Z) < 2e-3
+    assert max(radius) - min(radius) < 0.05 * max(radius)
+
+
+def test_sequential_run_is_capped_and_silent(recwarn):
+    """A sequential run that cannot converge in its sweeps returns unconverged after
+    exactly that many, without a ConvergenceWarning (the table reports it)."""
+    module = load_benchmark("step_fixed_points")
+    X, y = module._stress().step_noise_data("xor", 60, 0.2, 5)
+    K = module.RBF(0.5)(X)
+    res = module.sequential(K, y, 0.2, 0.0, max_iter=1)
+    assert not res.converged and res.n_iter == 1
+    assert not [w for w in recwarn if issubclass(w.category, module.ConvergenceWarning)]

@@ -260,3 +260,30 @@ def test_damped_fallback_variant_runs_damped_sweeps_after_a_failed_run():
     plain = original(K, y, NoisyStep(0.2), power=0.5, **options)
     assert (power.n_iter, power.converged) == (plain.n_iter, plain.converged)
     np.testing.assert_array_equal(power.site_precision, plain.site_precision)
+
+
+def test_probit_counts_are_the_probit_fits_factorisations(monkeypatch):
+    """--probit: each fit also records the default probit fit's factorisations on its data,
+    the same number an independent count of that fit gives; the summary line reports the
+    ratios and names the fits above the bound."""
+    from robustep import GPClassifier
+    from robustep.ep import engine
+
+    step_search = _module()
+    cell = ("xor", 80, 0.2, 5, 0.2)
+    monkeypatch.setattr(step_search, "cells", lambda large=False, seeds=(5,): [cell])
+    (fit,) = step_search.run("current", verbose=False, probit=True)
+    X, y = step_search._stress().step_noise_data(*cell[:4])
+    count, seen = engine._Context.count_factorisation, [0]
+
+    def counted(ctx):
+        seen[0] += 1
+        return count(ctx)
+
+    monkeypatch.setattr(engine._Context, "count_factorisation", counted)
+    GPClassifier().fit(X, y)
+    assert fit["probit_factorisations"] == seen[0] > 0
+    ratio = fit["factorisations"] / fit["probit_factorisations"]
+    line = step_search.probit_line([fit], bound=ratio / 2)
+    assert f"median {ratio:.2f}x" in line and "above" in line and "1 of 1 (xor n=80" in line
+    assert "0 of 1" in step_search.probit_line([fit], bound=ratio * 2)
