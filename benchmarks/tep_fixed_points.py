@@ -23,6 +23,17 @@ For every BayesPointMachine "ep" cell of ``benchmarks/stress.py`` (df = 10, labe
   continuation), "none found" otherwise.  The smallest singular value (a dense SVD) is
   computed up to ``robustep.config(tep_fixed_point_max_sites=...)`` points.
 
+``--gaussian-ep``: for the BayesPointMachine cells (those of ``--names``, default
+"n=4000"), whether the GP engine's EP chain finds Gaussian EP's fixed point of the linear
+model at each label noise of ``GAUSSIAN_EP_NOISE`` (0.45 down to 0.1): the exact rank-k
+prior ``K = Z Z^T`` (``DiagonalPlusLowRankPrior`` with a zero diagonal: EP in weight
+space, O(n k^2) a sweep, no jitter), the label-noise step classifier's chain
+(``InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")``, tol 1e-4) from
+zero sites and, where that fails, from the fixed point at the previous label noise; a
+fixed point found is then polished by Newton's method (relative tolerance 1e-6).  The
+continuations above follow one branch by Newton's method; these are the library's
+iterative methods, each run from zero sites.
+
 ``--process``: the StudentTProcessClassifier cells (label_noise = 0, df = 10) with at most
 ``--max-n`` points (200) that do not converge: whether Newton's method (11 starts) or the
 trust-region method finds a proper fixed point for df = inf and for df = 10, and where the
@@ -38,6 +49,7 @@ Usage::
     python benchmarks/tep_fixed_points.py --process  # the Student-t process cells
     python benchmarks/tep_fixed_points.py --process --max-n 600 --names n=600
     python benchmarks/tep_fixed_points.py --names "20% flipped labels"
+    python benchmarks/tep_fixed_points.py --gaussian-ep   # "n=4000" (about two minutes)
 """
 
 from __future__ import annotations
@@ -52,6 +64,9 @@ from pathlib import Path
 import numpy as np
 
 from robustep import BayesPointMachine, get_config
+from robustep.ep import InferenceStrategy, run_chain
+from robustep.likelihoods import NoisyStep
+from robustep.posterior import DiagonalPlusLowRankPrior
 from robustep.tep.ep import linear_tep
 from robustep.tep.fixed_point import (
     LinearRankOnePosterior,
@@ -62,6 +77,12 @@ from robustep.tep.fixed_point import (
 )
 
 DF, EPS = 10.0, 0.1
+#: the label noises of ``--gaussian-ep``, in order
+GAUSSIAN_EP_NOISE = (0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.175, 0.15, 0.14, 0.13, 0.12, 0.11, 0.1)
+#: the chain of ``--gaussian-ep``: the label-noise step classifier's
+GAUSSIAN_EP_CHAIN = InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")
+#: the relative tolerance of the Newton polish of ``--gaussian-ep``'s fixed points
+POLISH_TOL = 1e-6
 
 
 def _stress():
@@ -204,6 +225,58 @@ def format_rows(rows):
     return "\n".join(lines)
 
 
+def gaussian_ep_runs(Z, y, noise=GAUSSIAN_EP_NOISE, strategy=GAUSSIAN_EP_CHAIN, tol=1e-4):
+    """Gaussian EP of the linear model f = Z w, w ~ N(0, I), at each label noise of
+    ``noise``: the chain from zero sites, then (where it fails) from the last converged
+    fixed point; each converged one polished by Newton's method (relative tolerance
+    ``POLISH_TOL``, :func:`robustep.tep.fixed_point.solve_fixed_point`).  A list of dicts:
+    eps, converged, start ("zero sites" or "warm"), sweeps (of the runs made), polished
+    (None where not converged), and the smallest residual and site precisions' range of
+    the converged run (else of the run from zero sites), and sites: its (tau, nu), each (n,)
+    (None where not converged)."""
+    prior = DiagonalPlusLowRankPrior(np.zeros(len(y)), Z)
+    rows, previous = [], None
+    for eps in noise:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = run_chain(prior, y, NoisyStep(eps), strategy, tol=tol)
+            start, sweeps = "zero sites", res.n_iter
+            if not res.converged and previous is not None:
+                warm = run_chain(prior, y, NoisyStep(eps), strategy, tol=tol, init=previous)
+                sweeps += warm.n_iter
+                if warm.converged:
+                    res, start = warm, "warm"
+        polished = None
+        if res.converged:
+            previous = (res.site_precision, res.site_shift)
+            polished = solve_fixed_point(
+                _posterior(Z), y, np.inf, eps, Z.shape[1], res.site_precision, res.site_shift,
+                tol=POLISH_TOL, relative=True,
+            ) is not None  # fmt: skip
+        tau = res.site_precision
+        rows.append(dict(eps=eps, converged=bool(res.converged), start=start, sweeps=sweeps,
+                         polished=polished, residual=float(np.min(res.history["residual"])),
+                         tau=(float(tau.min()), float(tau.max())),
+                         sites=(tau, res.site_shift) if res.converged else None))  # fmt: skip
+    return rows
+
+
+def gaussian_ep(names=("n=4000",)):
+    """The ``--gaussian-ep`` table of the BayesPointMachine cells named ``names``."""
+    print("| cell | n | label noise | converged | from | sweeps | Newton polish | "
+          "smallest residual | site precisions |\n|" + "---|" * 9)  # fmt: skip
+    for cell_names, X, y in bpm_cells():
+        if not set(names) & set(cell_names):
+            continue
+        Z = np.column_stack([X, np.ones(len(y))])
+        for row in gaussian_ep_runs(Z, y.astype(float)):
+            print(f"| {' / '.join(cell_names)} | {len(y)} | {row['eps']:g} | {row['converged']} "
+                  f"| {row['start'] if row['converged'] else '-'} | {row['sweeps']} | "
+                  f"{ {None: '-', True: 'converges', False: 'fails'}[row['polished']]} | "
+                  f"{row['residual']:.2g} | {row['tau'][0]:.3g} to {row['tau'][1]:.3g} |",
+                  flush=True)  # fmt: skip
+
+
 def process_cells(max_n=200):
     """[(name, K, y)] of the StudentTProcessClassifier cells that do not converge, n <= max_n."""
     out = []
@@ -303,7 +376,15 @@ def main(argv=None):
     parser.add_argument(
         "--max-n", type=int, default=200, help="--process: the largest cell (default 200)"
     )
+    parser.add_argument(
+        "--gaussian-ep", action="store_true",
+        help="whether the EP chain finds Gaussian EP's fixed point on the --names cells "
+        "(default n=4000) from label noise 0.45 down to 0.1",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.gaussian_ep:
+        gaussian_ep(args.names or ("n=4000",))
+        return
     if args.process:
         rows = [
             process_row(name, K, y)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from robustep.ep import expectation_propagation, log_Z_gradient
-from robustep.likelihoods import Probit, StudentT
+from robustep.likelihoods import NoisyStep, Probit, StudentT
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior import (
     DensePrior,
@@ -151,7 +151,54 @@ def test_registered_in_the_factory_and_validates_its_inputs():
     made = make_prior(None, None, "diagonal_plus_low_rank", diagonal=prior.d, factor=prior.U)
     assert isinstance(made, DiagonalPlusLowRankPrior)
     np.testing.assert_array_equal(made.dense_covariance(), prior.dense_covariance())
-    with pytest.raises(ValueError, match="positive"):
-        DiagonalPlusLowRankPrior(np.r_[prior.d[:-1], 0.0], prior.U)
+    with pytest.raises(ValueError, match="zero or positive.*1 negative"):
+        DiagonalPlusLowRankPrior(np.r_[prior.d[:-1], -1e-12], prior.U)
     with pytest.raises(ValueError, match="shape"):
         DiagonalPlusLowRankPrior(prior.d, prior.U[:-1])
+
+
+def test_zero_diagonal_is_the_exact_linear_model():
+    """d = 0 with n <= r: K = U U^T is positive definite, and the posterior, its log
+    determinant and EP's fixed point equal the dense prior's of the same K."""
+    rng = np.random.default_rng(3)
+    n, r = 6, 9
+    U = rng.normal(size=(n, r)) / np.sqrt(r)
+    low = DiagonalPlusLowRankPrior(np.zeros(n), U)
+    dense = DensePrior(U @ U.T)
+    tau, nu = _sites(rng, n, negative=0.2)
+    a, b = low.posterior(tau, nu), dense.posterior(tau, nu)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(a.var, b.var, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(a.log_det, b.log_det, rtol=1e-9)
+    y = np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    ra = expectation_propagation(low, y, Probit(), tol=1e-10, max_iter=500)
+    rb = expectation_propagation(dense, y, Probit(), tol=1e-10, max_iter=500)
+    assert ra.converged and rb.converged
+    np.testing.assert_allclose(ra.site_precision, rb.site_precision, rtol=1e-7)
+    np.testing.assert_allclose(ra.log_Z, rb.log_Z, rtol=1e-9)
+
+
+def test_zero_diagonal_gives_weight_space_ep():
+    """d = 0 with n > r (K of rank r): EP's fixed point is Gaussian EP of the linear model
+    f = Z w, w ~ N(0, I), as robustep.tep.ep.linear_tep computes it independently in weight
+    space (df = inf, rank-one sites): the same posterior natural parameters.  An indefinite
+    weight-space precision is refused."""
+    from robustep.tep.ep import linear_tep
+
+    rng = np.random.default_rng(0)
+    n = 40
+    X = rng.standard_normal((n, 2))
+    Z = np.column_stack([X, np.ones(n)])
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    prior = DiagonalPlusLowRankPrior(np.zeros(n), Z)
+    res = expectation_propagation(prior, y, NoisyStep(0.2), tol=1e-10, max_iter=2000, damping=0.5)
+    state, info = linear_tep(Z, y, df=np.inf, eps=0.2, max_iter=2000, tol=1e-10, damping=0.5)
+    assert res.converged and info.converged
+    np.testing.assert_allclose(state.post_h, Z.T @ res.site_shift, atol=1e-8)
+    np.testing.assert_allclose(
+        state.post_lambda, np.eye(3) + Z.T @ (res.site_precision[:, None] * Z), atol=1e-7
+    )
+    tau = np.zeros(n)
+    tau[0] = -1.01 / float(Z[0] @ Z[0])  # 1 + tau_0 |z_0|^2 < 0: A has a negative direction
+    with pytest.raises(InvalidSiteConfiguration):
+        prior.posterior(tau, np.zeros(n))

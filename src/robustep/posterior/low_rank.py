@@ -1,8 +1,11 @@
 """A diagonal-plus-low-rank prior K = D + U U^T: the worked example of a prior representation.
 
-The prior N(0, K) with ``K = diag(d) + U U^T``, d (n,) > 0 and U (n, r), is the latent
-model ``f = U u + g``, u ~ N(0, I_r), g ~ N(0, diag(d)).  Gaussian sites
-``t_i(f_i) = exp(nu~_i f_i - tau~_i f_i^2 / 2)`` with precisions of any sign give, with
+The prior N(0, K) with ``K = diag(d) + U U^T``, d (n,) >= 0 and U (n, r), is the latent
+model ``f = U u + g``, u ~ N(0, I_r), g ~ N(0, diag(d)).  With d = 0 it is the linear
+model f = U u exactly (K of rank r, no jitter): EP on it is EP in the weight space of u,
+every step below stays O(n r^2), and the posterior is proper iff A is positive definite.
+Gaussian sites ``t_i(f_i) = exp(nu~_i f_i - tau~_i f_i^2 / 2)`` with precisions of any
+sign give, with
 
     c_i = 1 + tau~_i d_i,   beta_i = tau~_i / c_i,   A = I_r + U^T diag(beta) U,
 
@@ -44,7 +47,8 @@ class DiagonalPlusLowRankPrior(GaussianPrior):
 
     Parameters
     ----------
-    diagonal : (n,) d, every entry > 0.
+    diagonal : (n,) d, every entry >= 0 (zeros: the exact low-rank prior K = U U^T of the
+        linear model f = U u, u ~ N(0, I_r)).
     factor : (n, r) U, r >= 1.
 
     Attributes
@@ -63,8 +67,11 @@ class DiagonalPlusLowRankPrior(GaussianPrior):
             raise ValueError(f"factor must have shape (n, r) = ({d.size}, r), got {U.shape}")
         if not (np.all(np.isfinite(d)) and np.all(np.isfinite(U))):
             raise ValueError("diagonal and factor must be finite")
-        if not np.all(d > 0):
-            raise ValueError("every diagonal entry must be positive (K = diag(d) + U U^T)")
+        if not np.all(d >= 0):
+            raise ValueError(
+                "every diagonal entry must be zero or positive (K = diag(d) + U U^T); "
+                f"got {int(np.count_nonzero(d < 0))} negative"
+            )
         self.d = d
         self.U = U
 
