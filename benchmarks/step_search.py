@@ -92,8 +92,9 @@ evidence.
 ``--probit`` also fits the default probit classifier (``GPClassifier()``) to each fit's
 data, counts its posterior factorisations the same way, and prints per fit and in the
 totals the step fit's factorisations over the probit fit's: a cost ratio that, unlike
-seconds, does not depend on the machine's load (a factorisation and its sweep's moment
-matching cost about the same for both likelihoods).
+seconds, does not depend on the machine's load.  It leaves out each evaluation's other
+work (the kernel, its gradient, the evidence gradient's solves), which is a larger share
+of the probit fit's time, so it runs above the seconds ratio.
 
 ``--fallback``: the searches that fail at their first evaluation (XOR with 20% flips
 fitted with eps = 0.1, n = 100 and 150, seeds 0-7): each fit without the fallback starts

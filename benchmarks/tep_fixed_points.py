@@ -29,10 +29,10 @@ model at each label noise of ``GAUSSIAN_EP_NOISE`` (0.45 down to 0.1): the exact
 prior ``K = Z Z^T`` (``DiagonalPlusLowRankPrior`` with a zero diagonal: EP in weight
 space, O(n k^2) a sweep, no jitter), the label-noise step classifier's chain
 (``InferenceStrategy.auto(1000, accelerate=True, tol_units="marginal")``, tol 1e-4) from
-zero sites and, where that fails, from the fixed point at the previous label noise; a
-fixed point found is then polished by Newton's method (relative tolerance 1e-6).  The
-continuations above follow one branch by Newton's method; these are the library's
-iterative methods, each run from zero sites.
+zero sites and, where that fails, from the last fixed point found (at a larger label
+noise); a fixed point found is then polished by Newton's method (relative tolerance
+1e-6).  The continuations above follow one branch by Newton's method; these are the
+library's iterative methods, run from zero sites first.
 
 ``--process``: the StudentTProcessClassifier cells (label_noise = 0, df = 10) with at most
 ``--max-n`` points (200) that do not converge: whether Newton's method (11 starts) or the
