@@ -35,6 +35,13 @@ the eigenvalues of the parallel EP map's Jacobian at its fixed point
 damping makes the fixed point attracting, so damped EP misses it from any start.
 ``--sequential`` adds to each length-scale of ``--stability`` sequential EP from zero
 sites (the engine's ``schedule="sequential"``, damping 0 and 0.5, at most 300 sweeps).
+``--newton`` with ``--lengths A,B`` follows branches of fixed points in the length-scale
+by Newton's method (``robustep.ep.newton_expectation_propagation``, tol 1e-9 in site
+units): from stage "accelerated"'s fixed point at A toward B, then from its fixed point
+at B toward A, in steps of 0.02 (halved where Newton's method does not converge from the
+previous fixed point, down to 0.001, where the branch is reported to end).  For each
+point it prints the Newton steps, log Z, the largest real part of the Jacobian's
+eigenvalues, and min |1 − λ|, which goes to 0 where the branch folds (I − J singular).
 ``--data``, ``--flip`` and ``--seed`` choose the data (default: XOR, 20% flips, seed 5).
 
 Usage::
@@ -50,6 +57,7 @@ Usage::
     python benchmarks/step_fixed_points.py --stability --sequential --n 200 --seed 6 \
         --lengths 0.8,0.66,0.6,0.56,0.52,0.5  # about 2 minutes
     python benchmarks/step_fixed_points.py --fit 2 --n 200 --seed 6   # seconds
+    python benchmarks/step_fixed_points.py --newton --n 200 --seed 6 --lengths 0.8,0.5
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ from robustep.ep import (
     InferenceStrategy,
     expectation_propagation,
     fixed_point_stability,
+    newton_expectation_propagation,
     run_chain,
 )
 from robustep.ep.accelerated import accelerated_expectation_propagation
@@ -232,6 +241,51 @@ def stability_rows(X, y, eps, lengths, damping=0.3, sequential_dampings=()):
                   f"{'none' if smallest is None else f'{smallest:.2g}'} |", flush=True)  # fmt: skip
 
 
+def newton_branch(X, y, eps, start, stop, step=0.02, smallest=1e-3):
+    """Rows (length-scale, Newton steps, log Z, largest Re λ, min |1 − λ|) along the
+    branch of fixed points through stage "accelerated"'s fixed point at ``start``,
+    followed toward ``stop`` by Newton's method; the first row is the start (0 Newton
+    steps).  A row (length-scale, None, ...) marks where the branch ends: no step of at
+    least ``smallest`` converged."""
+
+    def kernel(ell):
+        K = RBF(ell)(X)
+        K[np.diag_indices_from(K)] += 1e-8
+        return K
+
+    def row(ell, res):
+        found = fixed_point_stability(kernel(ell), y, NoisyStep(eps), res)
+        return (ell, res.n_iter, res.log_Z, found.largest_real_part,
+                float(np.min(np.abs(1.0 - found.eigenvalues))))  # fmt: skip
+
+    previous = accelerated(kernel(start), y, eps)
+    if not previous.converged:
+        return [(start, None, np.nan, np.nan, np.nan)]
+    rows, ell, direction = [row(start, previous)], start, np.sign(stop - start)
+    rows[0] = (start, 0, *rows[0][2:])
+    while direction * (stop - ell) > 1e-12:
+        h = min(step, abs(stop - ell))
+        while h >= smallest:
+            target = stop if h == abs(stop - ell) else ell + direction * h
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                try:
+                    res = newton_expectation_propagation(
+                        kernel(target), y, NoisyStep(eps), previous, tol=1e-9
+                    )
+                except ValueError:  # an improper cavity at the previous fixed point
+                    res = None
+            if res is not None and res.converged:
+                break
+            h *= 0.5
+        else:
+            rows.append((ell, None, np.nan, np.nan, np.nan))
+            return rows
+        rows.append(row(target, res))
+        previous, ell = res, target
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -246,6 +300,8 @@ def main(argv=None):
                         help="parallel EP's stability at the fixed points")  # fmt: skip
     parser.add_argument("--sequential", action="store_true",
                         help="--stability with sequential EP runs as well")  # fmt: skip
+    parser.add_argument("--newton", action="store_true",
+                        help="follow branches of fixed points between two --lengths")  # fmt: skip
     parser.add_argument("--data", choices=("xor", "smooth"), default="xor")
     parser.add_argument("--flip", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=5)
@@ -261,6 +317,18 @@ def main(argv=None):
         return
     print(f"{args.data}, {args.flip:.0%} flips, n = {args.n}, seed {args.seed}, "
           f"NoisyStep({args.eps:g})\n")  # fmt: skip
+    if args.newton:
+        a, b = (float(v) for v in args.lengths.split(","))
+        print("| from | length-scale | Newton steps | log Z | largest Re λ | min abs(1 − λ) "
+              "|\n|" + "---|" * 6)  # fmt: skip
+        for start, stop in ((a, b), (b, a)):
+            for ell, steps, log_Z, real, gap in newton_branch(X, y, args.eps, start, stop):
+                if steps is None:
+                    print(f"| {start:g} | {ell:.4g} | the branch ends | | | |", flush=True)
+                else:
+                    print(f"| {start:g} | {ell:.4g} | {steps} | {log_Z:.4f} | {real:.3f} | "
+                          f"{gap:.2g} |", flush=True)  # fmt: skip
+        return
     if args.stability:
         stability_rows(X, y, args.eps, [float(v) for v in args.lengths.split(",")],
                        sequential_dampings=(0.0, 0.5) if args.sequential else ())  # fmt: skip

@@ -261,9 +261,10 @@ class Settings:
         (:func:`robustep.tep.fixed_point.solve_fixed_point`, a dense 2n x 2n Jacobian per
         step) is tried on training sets of at most this many points; 0 never does.
     stability_max_sites : int >= 0
-        :func:`robustep.ep.fixed_point_stability` analyses at most this many sites: it
-        forms the n x n posterior covariance and eigen-decomposes a 2n x 2n Jacobian,
-        O(n³) time and O(n²) memory.
+        :func:`robustep.ep.fixed_point_stability` analyses, and
+        :func:`robustep.ep.newton_expectation_propagation` solves, at most this many
+        sites: both form the n x n posterior covariance and a 2n x 2n Jacobian (an
+        eigen-decomposition, or a solve per Newton step), O(n³) time and O(n²) memory.
     """
 
     jitter: float = 1e-10

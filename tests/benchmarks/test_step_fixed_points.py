@@ -111,3 +111,22 @@ def test_sequential_run_is_capped_and_silent(recwarn):
     res = module.sequential(K, y, 0.2, 0.0, max_iter=1)
     assert not res.converged and res.n_iter == 1
     assert not [w for w in recwarn if issubclass(w.category, module.ConvergenceWarning)]
+
+
+def test_newton_branch_reaches_the_other_end(capsys):
+    """--newton on a well-specified problem (one attracting fixed point per length-scale):
+    the branch from 0.6 reaches 0.5 with the log Z that stage accelerated finds there, and
+    the table prints both directions."""
+    module = load_benchmark("step_fixed_points")
+    X, y = module._stress().step_noise_data("smooth", 40, 0.2, 1)
+    rows = module.newton_branch(X, y, 0.2, 0.6, 0.5, step=0.05)
+    assert [round(r[0], 6) for r in rows] == [0.6, 0.55, 0.5]
+    assert rows[0][1] == 0 and all(r[1] is not None and r[1] >= 1 for r in rows[1:])
+    K = module.RBF(0.5)(X)
+    K[module.np.diag_indices_from(K)] += 1e-8
+    assert abs(rows[-1][2] - module.accelerated(K, y, 0.2).log_Z) < 1e-3
+    assert all(r[3] < 1.0 and r[4] > 0.0 for r in rows)
+    module.main(["--newton", "--n", "40", "--eps", "0.2", "--data", "smooth", "--seed", "1",
+                 "--lengths", "0.6,0.5"])  # fmt: skip
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 0.")]
+    assert lines[0].startswith("| 0.6 | 0.6 | 0 |") and lines[-1].startswith("| 0.5 | 0.6 |")

@@ -11,6 +11,7 @@ from robustep.ep.multiclass_sparse import (
     SparseMulticlassEPResult,
     sparse_nested_ep,
 )
+from robustep.ep.newton import newton_expectation_propagation
 from robustep.ep.pseudo_point import PseudoPointEPResult, pseudo_point_power_ep
 from robustep.ep.stability import FixedPointStability, fixed_point_stability
 from robustep.ep.state import EPResult
@@ -36,6 +37,7 @@ __all__ = [
     "expectation_propagation",
     "log_Z_gradient",
     "moment_matching_update",
+    "newton_expectation_propagation",
     "MulticlassEPResult",
     "nested_ep",
     "RobustMulticlassEPResult",
