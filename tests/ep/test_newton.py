@@ -12,7 +12,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF
 
-from _benchmarks import load_benchmark
+from _fixed_point_problems import probit_problem, xor_step
 from robustep import config
 from robustep.ep import (
     expectation_propagation,
@@ -22,18 +22,6 @@ from robustep.ep import (
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.likelihoods import Gaussian, NoisyStep, Probit
 from robustep.posterior import DensePrior, FITCPrior
-
-
-def _probit_problem(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 1))
-    K = 2.0 * np.exp(-0.5 * (X - X.T) ** 2) + 1e-8 * np.eye(n)
-    y = np.where(X[:, 0] + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
-    return K, y
-
-
-def _xor(n, seed):
-    return load_benchmark("stress", "_stress_newton").step_noise_data("xor", n, 0.2, seed)
 
 
 def _perturbed(result, scale=0.05, seed=0):
@@ -47,7 +35,7 @@ def test_reaches_parallel_eps_fixed_point_quadratically(power):
     """Probit: from sites 5% off EP's (power EP's) fixed point Newton's method returns to
     it within 1e-9 in a few steps, each residual below a constant times the previous one
     squared once the residual is small."""
-    K, y = _probit_problem()
+    K, y = probit_problem()
     reference = expectation_propagation(K, y, Probit(), power=power, tol=1e-13, max_iter=3000)
     assert reference.converged
     res = newton_expectation_propagation(
@@ -69,7 +57,7 @@ def test_gaussian_likelihood_takes_one_step():
     """Gaussian sites do not depend on their cavities (J = 0, up to the finite
     differences' error): one full Newton step is one parallel sweep, which lands on the
     fixed point."""
-    K, _ = _probit_problem(12)
+    K, _ = probit_problem(12)
     y = np.random.default_rng(1).normal(size=12)
     res = newton_expectation_propagation(K, y, Gaussian(0.5), (np.zeros(12), np.zeros(12)))
     assert res.converged and res.n_iter == 1 and res.history["step"] == [1.0]
@@ -81,8 +69,7 @@ def test_reaches_a_fixed_point_that_repels_every_damping():
     """XOR, n = 40, seed 0, RBF(0.8), NoisyStep(0.1): a fixed point with a real
     eigenvalue near 1.16 (damped EP moves away from it at every damping,
     tests/ep/test_stability.py); Newton's method returns to it from sites 5% off."""
-    X, y = _xor(40, 0)
-    K = RBF(0.8)(X) + 1e-8 * np.eye(40)
+    K, y = xor_step(40, 0, 0.8)
     fixed = accelerated_expectation_propagation(K, y, NoisyStep(0.1), tol=1e-11, max_iter=2000)
     assert fixed.converged
     assert fixed_point_stability(K, y, NoisyStep(0.1), fixed).largest_real_part > 1.05
@@ -97,10 +84,9 @@ def test_follows_a_branch_of_fixed_points_in_the_length_scale():
     fixed point at length-scale 0.5, Newton's method in steps of 0.04 reaches 0.54 and
     0.58, where no iterative EP run from zero sites converges (docs/reliability.md), and
     every point it reaches is a fixed point with an eigenvalue of real part above 1."""
-    X, y = _xor(200, 6)
     previous = None
     for ell in (0.5, 0.54, 0.58):
-        K = RBF(ell)(X) + 1e-8 * np.eye(200)
+        K, y = xor_step(200, 6, ell)
         if previous is None:
             previous = accelerated_expectation_propagation(
                 K, y, NoisyStep(0.1), tol=1e-4, tol_units="marginal"
@@ -115,7 +101,7 @@ def test_follows_a_branch_of_fixed_points_in_the_length_scale():
 def test_stops_and_warns_when_it_cannot_converge():
     """max_iter=1 from a far start: not converged, with a ConvergenceWarning and a message
     that say so."""
-    K, y = _probit_problem()
+    K, y = probit_problem()
     start = (np.full(40, 0.5), np.zeros(40))
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         res = newton_expectation_propagation(K, y, Probit(), start, max_iter=1)
@@ -124,7 +110,7 @@ def test_stops_and_warns_when_it_cannot_converge():
 
 
 def test_accepts_a_prior_and_keeps_inputs():
-    K, y = _probit_problem(10)
+    K, y = probit_problem(10)
     fixed = expectation_propagation(K, y, Probit(), tol=1e-12)
     sites = _perturbed(fixed)
     copies = (sites[0].copy(), sites[1].copy(), K.copy(), y.copy())
@@ -136,7 +122,7 @@ def test_accepts_a_prior_and_keeps_inputs():
 
 
 def test_validation():
-    K, y = _probit_problem(6)
+    K, y = probit_problem(6)
     good = (np.zeros(6), np.zeros(6))
     with pytest.raises(ValueError, match="shape"):
         newton_expectation_propagation(K, y, Probit(), (np.zeros(5), np.zeros(5)))

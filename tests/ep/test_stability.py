@@ -9,9 +9,8 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.gaussian_process.kernels import RBF
 
-from _benchmarks import load_benchmark
+from _fixed_point_problems import probit_problem, xor_step
 from robustep import config
 from robustep.ep import (
     FixedPointStability,
@@ -20,20 +19,6 @@ from robustep.ep import (
 )
 from robustep.ep.accelerated import accelerated_expectation_propagation
 from robustep.likelihoods import Gaussian, NoisyStep, Probit
-
-
-def _probit_problem(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 1))
-    K = 2.0 * np.exp(-0.5 * (X - X.T) ** 2) + 1e-8 * np.eye(n)
-    y = np.where(X[:, 0] + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
-    return K, y
-
-
-def _xor_step(n, seed, ell):
-    """XOR with 20% flipped labels (benchmarks/stress.py's step_noise_data) and RBF(ell)."""
-    X, y = load_benchmark("stress", "_stress_stability").step_noise_data("xor", n, 0.2, seed)
-    return RBF(ell)(X) + 1e-8 * np.eye(n), y
 
 
 def _plain(K, y, likelihood, **options):
@@ -56,7 +41,7 @@ def _late_rate(residuals, low=1e-12, high=1e-7):
 
 def test_gaussian_likelihood_has_a_zero_jacobian():
     """Each Gaussian site is the likelihood itself whatever its cavity: J = 0."""
-    K, _ = _probit_problem(12)
+    K, _ = probit_problem(12)
     y = np.random.default_rng(1).normal(size=12)
     res = _plain(K, y, Gaussian(0.5), tol=1e-12)
     found = fixed_point_stability(K, y, Gaussian(0.5), res)
@@ -71,7 +56,7 @@ def test_gaussian_likelihood_has_a_zero_jacobian():
 def test_predicted_rate_matches_parallel_ep(power, damping):
     """Probit: the late residual ratio of (damped, power) parallel EP is the predicted
     asymptotic rate max |d + (1 - d) lambda| at its fixed point, to 1%."""
-    K, y = _probit_problem()
+    K, y = probit_problem()
     fixed = _plain(K, y, Probit(), power=power, tol=1e-13, max_iter=3000)
     assert fixed.converged
     found = fixed_point_stability(K, y, Probit(), fixed)  # takes the result's power
@@ -83,7 +68,7 @@ def test_predicted_rate_matches_parallel_ep(power, damping):
 
 
 def test_forward_and_central_differences_agree():
-    K, y = _probit_problem(20)
+    K, y = probit_problem(20)
     fixed = _plain(K, y, Probit(), tol=1e-12)
     central = fixed_point_stability(K, y, Probit(), fixed)
     forward = fixed_point_stability(K, y, Probit(), fixed, central=False)
@@ -129,11 +114,11 @@ def test_jacobian_matches_brute_force_differences_of_the_whole_map(case, power):
     from robustep.ep.updates import moment_matching_update
 
     if case == "probit":
-        K, y = _probit_problem(15)
+        K, y = probit_problem(15)
         likelihood = Probit()
         res = _plain(K, y, likelihood, power=power, tol=1e-10)
     else:
-        K, y = _xor_step(15, 3, 0.5)
+        K, y = xor_step(15, 3, 0.5)
         likelihood = NoisyStep(0.1)
         res = accelerated_expectation_propagation(K, y, likelihood, power=power, tol=1e-10)
     assert res.converged
@@ -165,7 +150,7 @@ def test_threshold_damping_separates_divergence_from_convergence():
     """XOR, n = 40, seed 3, RBF(0.5), NoisyStep(0.1): undamped parallel EP oscillates away
     from the fixed point (spectral radius about 1.1); damping below the predicted
     threshold still moves away, damping above it returns."""
-    K, y = _xor_step(40, 3, 0.5)
+    K, y = xor_step(40, 3, 0.5)
     fixed = accelerated_expectation_propagation(K, y, NoisyStep(0.1), tol=1e-11, max_iter=2000)
     assert fixed.converged
     found = fixed_point_stability(K, y, NoisyStep(0.1), fixed)
@@ -180,7 +165,7 @@ def test_a_real_eigenvalue_above_one_repels_every_damping():
     """XOR, n = 40, seed 0, RBF(0.8), NoisyStep(0.1): Anderson mixing finds a fixed point
     with a real eigenvalue near 1.16; damped parallel EP started 1e-6 from it moves
     away at every damping, and ever more slowly as the damping grows."""
-    K, y = _xor_step(40, 0, 0.8)
+    K, y = xor_step(40, 0, 0.8)
     fixed = accelerated_expectation_propagation(K, y, NoisyStep(0.1), tol=1e-11, max_iter=2000)
     assert fixed.converged
     found = fixed_point_stability(K, y, NoisyStep(0.1), fixed)
@@ -224,7 +209,7 @@ def test_damping_formula_and_best_damping_against_a_grid(seed):
 
 
 def test_validation():
-    K, y = _probit_problem(6)
+    K, y = probit_problem(6)
     good = (np.zeros(6), np.zeros(6))
     with pytest.raises(ValueError, match="shape"):
         fixed_point_stability(K, y, Probit(), (np.zeros(5), np.zeros(5)))
@@ -251,7 +236,7 @@ def test_validation():
 
 
 def test_inputs_are_not_modified():
-    K, y = _probit_problem(8)
+    K, y = probit_problem(8)
     fixed = _plain(K, y, Probit(), tol=1e-10)
     sites = (fixed.site_precision.copy(), fixed.site_shift.copy())
     K_copy, y_copy = K.copy(), y.copy()

@@ -23,11 +23,8 @@ about 8× a Cholesky factorisation's; hence a limit on n
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from robustep._config import get_config
 from robustep.ep.engine import (
     _check_inputs,
     _check_tol_units,
@@ -36,7 +33,7 @@ from robustep.ep.engine import (
     _finish,
     _initial_sites,
 )
-from robustep.ep.stability import _jacobian
+from robustep.ep.stability import _check_jacobian_problem, _jacobian
 from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior import GaussianPrior
@@ -104,22 +101,12 @@ def newton_expectation_propagation(
     """
     prior, y = _check_inputs(K, y, likelihood, "parallel", 0.0, power, max_iter, tol)
     _check_tol_units(tol_units)
-    if not (isinstance(step, numbers.Real) and 0.0 < step < 1.0):
-        raise ValueError(f"step must be in (0, 1), got {step!r}")
+    _check_jacobian_problem(
+        prior, step, "newton_expectation_propagation", "solve {m} x {m} systems",
+        "Use expectation_propagation or accelerated_expectation_propagation, or raise the "
+        "limit",
+    )  # fmt: skip
     n = prior.n
-    limit = get_config().stability_max_sites
-    if n > limit:
-        raise ValueError(
-            f"newton_expectation_propagation on {n} sites would solve {2 * n} x {2 * n} "
-            f"systems; the limit is {limit} sites (robustep.config(stability_max_sites=...)). "
-            "Use expectation_propagation or accelerated_expectation_propagation, or raise "
-            "the limit"
-        )
-    if not prior.supports_sequential:
-        raise ValueError(
-            "newton_expectation_propagation needs the full posterior covariance, which "
-            f"{type(prior).__name__} does not form; pass the dense prior covariance K"
-        )
     precision, shift = _initial_sites(init, n)
     ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), 0.0,
                    float(tol), int(max_iter), None)  # fmt: skip

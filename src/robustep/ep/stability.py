@@ -158,22 +158,12 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
             f"sites must be an EPResult or a (site_precision, site_shift) pair, got {sites!r}"
         )
     power = 1.0 if power is None else power
-    if not (isinstance(step, numbers.Real) and 0.0 < step < 1.0):
-        raise ValueError(f"step must be in (0, 1), got {step!r}")
     prior, y = _check_inputs(K, y, likelihood, "parallel", 0.0, power, 1, 1.0)
+    _check_jacobian_problem(
+        prior, step, "fixed_point_stability", "decompose a {m} x {m} matrix",
+        "Analyse a subset of the data, or raise the limit",
+    )  # fmt: skip
     n = prior.n
-    limit = get_config().stability_max_sites
-    if n > limit:
-        raise ValueError(
-            f"fixed_point_stability on {n} sites would decompose a {2 * n} x {2 * n} "
-            f"matrix; the limit is {limit} sites (robustep.config(stability_max_sites=...)). "
-            "Analyse a subset of the data, or raise the limit"
-        )
-    if not prior.supports_sequential:
-        raise ValueError(
-            f"fixed_point_stability needs the full posterior covariance, which "
-            f"{type(prior).__name__} does not form; pass the dense prior covariance K"
-        )
     precision, shift = _initial_sites(sites, n, name="sites")
     ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), 0.0, 1.0, 1, None)
     try:
@@ -197,6 +187,27 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
         residual=residual,
         n_factorisations=ctx.n_factorisations,
     )
+
+
+def _check_jacobian_problem(prior, step, name, work, advice):
+    """The checks of a function that forms the 2n x 2n Jacobian of the parallel EP map
+    (``name``; ``work`` what it does with it, ``{m}`` standing for 2n; ``advice`` what to
+    do instead): the finite-difference ``step``, at most
+    ``robustep.config(stability_max_sites=...)`` sites, a prior that forms the full
+    posterior covariance."""
+    if not (isinstance(step, numbers.Real) and 0.0 < step < 1.0):
+        raise ValueError(f"step must be in (0, 1), got {step!r}")
+    n, limit = prior.n, get_config().stability_max_sites
+    if n > limit:
+        raise ValueError(
+            f"{name} on {n} sites would {work.format(m=2 * n)}; the limit is {limit} sites "
+            f"(robustep.config(stability_max_sites=...)). {advice}"
+        )
+    if not prior.supports_sequential:
+        raise ValueError(
+            f"{name} needs the full posterior covariance, which {type(prior).__name__} "
+            "does not form; pass the dense prior covariance K"
+        )
 
 
 def _site_partials(ctx, ev, step, central):
