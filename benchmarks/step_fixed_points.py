@@ -94,6 +94,13 @@ TOL = 1e-4
 SEQUENTIAL_SWEEPS = 300
 
 
+def step_kernel(X, ell):
+    """RBF(ell) on X (n, d) with 1e-8 added to its diagonal: (n, n)."""
+    K = RBF(ell)(X)
+    K[np.diag_indices_from(K)] += 1e-8
+    return K
+
+
 @functools.cache
 def _stress():
     """benchmarks/stress.py as a module, loaded once."""
@@ -221,8 +228,7 @@ def stability_rows(X, y, eps, lengths, damping=0.3, sequential_dampings=()):
     print("| length-scale | run | sweeps | smallest residual | log Z | largest Re λ | "
           "spectral radius | smallest damping |\n|" + "---|" * 8)  # fmt: skip
     for ell in lengths:
-        K = RBF(ell)(X)
-        K[np.diag_indices_from(K)] += 1e-8
+        K = step_kernel(X, ell)
         plain = _stress().plain_damped_ep(K, y, NoisyStep(eps), damping, tol=TOL,
                                           tol_units=STRATEGY.tol_units, max_iter=1000)  # fmt: skip
         rows = [("accelerated", accelerated(K, y, eps)), (f"damped {damping:g}", plain)]
@@ -248,31 +254,25 @@ def newton_branch(X, y, eps, start, stop, step=0.02, smallest=1e-3):
     steps).  A row (length-scale, None, ...) marks where the branch ends: no step of at
     least ``smallest`` converged."""
 
-    def kernel(ell):
-        K = RBF(ell)(X)
-        K[np.diag_indices_from(K)] += 1e-8
-        return K
-
-    def row(ell, res):
-        found = fixed_point_stability(kernel(ell), y, NoisyStep(eps), res)
-        return (ell, res.n_iter, res.log_Z, found.largest_real_part,
+    def row(ell, K, res, steps):
+        found = fixed_point_stability(K, y, NoisyStep(eps), res)
+        return (ell, steps, res.log_Z, found.largest_real_part,
                 float(np.min(np.abs(1.0 - found.eigenvalues))))  # fmt: skip
 
-    previous = accelerated(kernel(start), y, eps)
+    K = step_kernel(X, start)
+    previous = accelerated(K, y, eps)
     if not previous.converged:
         return [(start, None, np.nan, np.nan, np.nan)]
-    rows, ell, direction = [row(start, previous)], start, np.sign(stop - start)
-    rows[0] = (start, 0, *rows[0][2:])
+    rows, ell, direction = [row(start, K, previous, 0)], start, np.sign(stop - start)
     while direction * (stop - ell) > 1e-12:
         h = min(step, abs(stop - ell))
         while h >= smallest:
             target = stop if h == abs(stop - ell) else ell + direction * h
+            K = step_kernel(X, target)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 try:
-                    res = newton_expectation_propagation(
-                        kernel(target), y, NoisyStep(eps), previous, tol=1e-9
-                    )
+                    res = newton_expectation_propagation(K, y, NoisyStep(eps), previous, tol=1e-9)
                 except ValueError:  # an improper cavity at the previous fixed point
                     res = None
             if res is not None and res.converged:
@@ -281,7 +281,7 @@ def newton_branch(X, y, eps, start, stop, step=0.02, smallest=1e-3):
         else:
             rows.append((ell, None, np.nan, np.nan, np.nan))
             return rows
-        rows.append(row(target, res))
+        rows.append(row(target, K, res, res.n_iter))
         previous, ell = res, target
     return rows
 
@@ -336,8 +336,7 @@ def main(argv=None):
     print("| length-scale | start | converged | sweeps (before) | smallest residual | how it "
           "ended | site precisions | negative sites | log Z | s |\n|" + "---|" * 10)  # fmt: skip
     for ell in (float(v) for v in args.lengths.split(",")):
-        K = RBF(ell)(X)
-        K[np.diag_indices_from(K)] += 1e-8
+        K = step_kernel(X, ell)
         t0 = time.perf_counter()
         for start, res, before in runs(K, y, args.eps):
             ended = "converged" if res.converged else res.message.split("(")[1].split(")")[0]

@@ -10,8 +10,7 @@ def test_three_starts_per_length_scale():
     one up to the tolerance; the continuation counts the sweeps of its two runs."""
     module = load_benchmark("step_fixed_points")
     X, y = module._stress().step_noise_data("xor", 60, 0.2, 5)
-    K = module.RBF(0.5)(X)
-    K[module.np.diag_indices_from(K)] += 1e-8
+    K = module.step_kernel(X, 0.5)
     rows = list(module.runs(K, y, 0.2))
     assert [r[0] for r in rows] == ["zero", "continuation", "power"]
     assert all(res.converged for _, res, _ in rows)
@@ -122,8 +121,7 @@ def test_newton_branch_reaches_the_other_end(capsys):
     rows = module.newton_branch(X, y, 0.2, 0.6, 0.5, step=0.05)
     assert [round(r[0], 6) for r in rows] == [0.6, 0.55, 0.5]
     assert rows[0][1] == 0 and all(r[1] is not None and r[1] >= 1 for r in rows[1:])
-    K = module.RBF(0.5)(X)
-    K[module.np.diag_indices_from(K)] += 1e-8
+    K = module.step_kernel(X, 0.5)
     assert abs(rows[-1][2] - module.accelerated(K, y, 0.2).log_Z) < 1e-3
     assert all(r[3] < 1.0 and r[4] > 0.0 for r in rows)
     module.main(["--newton", "--n", "40", "--eps", "0.2", "--data", "smooth", "--seed", "1",

@@ -17,8 +17,9 @@ the residual falls.
 
 Cost per step: one posterior factorisation, the n × n posterior covariance, four
 vectorised tilted-moment evaluations and a dense 2n × 2n solve, O(n³) with a constant
-about 8× a Cholesky factorisation's; hence a limit on n
-(``robustep.config(stability_max_sites=...)``) and no place in the ``auto`` chain.
+about 16× a Cholesky factorisation's (an LU factorisation of the 2n × 2n system); hence
+a limit on n (``robustep.config(stability_max_sites=...)``) and no place in the
+``auto`` chain.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from robustep.ep.engine import (
     _evaluate,
     _finish,
     _initial_sites,
+    _stop_status,
 )
-from robustep.ep.stability import _check_jacobian_problem, _jacobian
+from robustep.ep.stability import _check_jacobian_problem, _jacobian, _proper_evaluation
 from robustep.ep.updates import max_abs, moment_matching_update
 from robustep.linalg import InvalidSiteConfiguration
 from robustep.posterior import GaussianPrior
@@ -111,30 +113,15 @@ def newton_expectation_propagation(
     ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), 0.0,
                    float(tol), int(max_iter), None)  # fmt: skip
     ctx.tol_units = tol_units
-    try:
-        ev = _evaluate(ctx, precision, shift)
-    except InvalidSiteConfiguration as error:
-        raise ValueError(
-            f"the posterior is not positive definite at init ({error}); start Newton's "
-            "method from a fixed point at nearby hyperparameters or from a run that nearly "
-            "converged"
-        ) from None
-    if not np.all(ev.valid):
-        raise ValueError(
-            f"{int(np.sum(~ev.valid))} of {n} cavities are not proper at init; start "
-            "Newton's method from a fixed point at nearby hyperparameters or from a run "
-            "that nearly converged"
-        )
+    ev = _proper_evaluation(
+        ctx, precision, shift, "init", "start Newton's method from a fixed point at nearby "
+        "hyperparameters or from a run that nearly converged",
+    )  # fmt: skip
     ctx.last = ev
-    status = None
-    while status is None:
-        if ev.residual < ctx.tol:
-            status = "converged"
-            break
-        if ctx.n_iter >= ctx.max_iter:
-            status = "max_iter"
-            break
+    status = _stop_status(ctx, ev)
+    while not status:
         ev, status = _newton_step(ctx, ev, step)
+        status = status or _stop_status(ctx, ev)
     result = _finish(ctx, ev, status)
     return result if isinstance(K, GaussianPrior) else ctx.prior.convert_result(result)
 

@@ -166,18 +166,8 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
     n = prior.n
     precision, shift = _initial_sites(sites, n, name="sites")
     ctx = _Context(prior, y, likelihood, moment_matching_update, float(power), 0.0, 1.0, 1, None)
-    try:
-        ev = _evaluate(ctx, precision, shift)
-    except InvalidSiteConfiguration as error:
-        raise ValueError(
-            f"the posterior is not positive definite at this site configuration ({error}); "
-            "analyse a converged fit"
-        ) from None
-    if not np.all(ev.valid):
-        raise ValueError(
-            f"{int(np.sum(~ev.valid))} of {n} cavities are invalid (not positive) at this "
-            "site configuration; the EP map is undefined there. Analyse a converged fit"
-        )
+    ev = _proper_evaluation(ctx, precision, shift, "this site configuration",
+                            "analyse a converged fit")  # fmt: skip
     jacobian = _jacobian(ctx, ev, step, central)
     eigenvalues = np.linalg.eigvals(jacobian)
     eigenvalues = eigenvalues[np.argsort(-np.abs(eigenvalues), kind="stable")]
@@ -187,6 +177,24 @@ def fixed_point_stability(K, y, likelihood, sites, *, power=None, step=1e-6, cen
         residual=residual,
         n_factorisations=ctx.n_factorisations,
     )
+
+
+def _proper_evaluation(ctx, precision, shift, where, advice):
+    """The engine's evaluation of the sites, which the parallel EP map (and so its
+    Jacobian) needs proper: ``ValueError`` naming ``where`` and ``advice`` when the
+    posterior is not positive definite or some cavity is improper."""
+    try:
+        ev = _evaluate(ctx, precision, shift)
+    except InvalidSiteConfiguration as error:
+        raise ValueError(
+            f"the posterior is not positive definite at {where} ({error}); {advice}"
+        ) from None
+    if not np.all(ev.valid):
+        raise ValueError(
+            f"{int(np.sum(~ev.valid))} of {ev.precision.size} cavities are invalid (not "
+            f"positive) at {where}; the EP map is undefined there: {advice}"
+        )
+    return ev
 
 
 def _check_jacobian_problem(prior, step, name, work, advice):
