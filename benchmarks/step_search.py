@@ -96,6 +96,13 @@ seconds, does not depend on the machine's load.  It leaves out each evaluation's
 work (the kernel, its gradient, the evidence gradient's solves), which is a larger share
 of the probit fit's time, so it runs above the seconds ratio.
 
+``--probit-start`` (with ``--probit`` implied) tries another start for the search: each fit
+first fits the default probit classifier and then starts the step fit's search at the
+probit fit's kernel (``GPClassifier(likelihood="step", label_noise=eps,
+kernel=probit.kernel_)``) instead of the default kernel.  It prints per fit and in the
+totals the step fit's factorisations over the probit fit's, alone and with the probit fit
+it needs counted.
+
 ``--fallback``: the searches that fail at their first evaluation (XOR with 20% flips
 fitted with eps = 0.1, n = 100 and 150, seeds 0-7): each fit without the fallback starts
 (``robustep.config(search_fallback_starts=0)``) and with the defaults.
@@ -104,6 +111,7 @@ Usage::
 
     python benchmarks/step_search.py                       # the current defaults
     python benchmarks/step_search.py --probit              # and the probit fits' cost
+    python benchmarks/step_search.py --probit-start        # searches from the probit kernel
     python benchmarks/step_search.py --variant former-search
     python benchmarks/step_search.py --compare current last-warm
     python benchmarks/step_search.py --large --compare current last-warm
@@ -397,11 +405,15 @@ def variant(name, runs, lengths=None):
             setattr(owner, attr, value)
 
 
-def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7), probit=False):
+def run(
+    name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7), probit=False,
+    probit_start=False,
+):  # fmt: skip
     """The 42 fits (or with ``large`` the n = 2000 ones, :func:`cells`) as variant
     ``name``: a list of per-fit dicts; ``show_runs`` prints each fit's EP runs and their
     sweeps; ``probit`` also counts the default probit fit's factorisations on each fit's
-    data (outside the variant)."""
+    data (outside the variant); ``probit_start`` fits the probit classifier first and
+    starts the step fit's search at its kernel (and implies ``probit``)."""
     from robustep.ep import engine
 
     data = _stress().step_noise_data
@@ -416,38 +428,46 @@ def run(name, verbose=True, large=False, show_runs=False, seeds=(5, 6, 7), probi
     engine._Context.count_factorisation = counted
     try:
         for cell in cells(large, seeds):
-            fits.append(_fit(name, cell, data, factorisations, verbose, show_runs, probit))
+            fits.append(
+                _fit(name, cell, data, factorisations, verbose, show_runs, probit, probit_start)
+            )
     finally:
         engine._Context.count_factorisation = count
     return fits
 
 
-def _fit(name, cell, data, factorisations, verbose, show_runs, probit=False):
+def _fit(name, cell, data, factorisations, verbose, show_runs, probit=False, probit_start=False):
     """One fit of :func:`run`; ``factorisations`` is the counter :func:`run` installed."""
     boundary, n, flip, seed, eps = cell
     X, y = data(boundary, n, flip, seed)
+    probit_fit = {}
+    if probit or probit_start:
+        factorisations[0] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probit_est = GPClassifier().fit(X, y)
+        probit_fit["probit_factorisations"] = factorisations[0]
+    kernel = dict(kernel=probit_est.kernel_) if probit_start else {}
     runs, lengths = [], []
     factorisations[0] = 0
     with variant(name, runs, lengths), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        est = GPClassifier(likelihood="step", label_noise=eps).fit(X, y)
+        est = GPClassifier(likelihood="step", label_noise=eps, **kernel).fit(X, y)
         seconds = time.perf_counter() - t0
     fit = dict(cell=(boundary, n, flip, seed, eps), seconds=seconds, runs=runs,
                factorisations=factorisations[0],
                ell=float(est.kernel_.k2.length_scale),
                lml=float(est.log_marginal_likelihood_value_),
-               method=est.method_used_, converged=bool(est.converged_))  # fmt: skip
-    if probit:
-        factorisations[0] = 0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            GPClassifier().fit(X, y)
-        fit["probit_factorisations"] = factorisations[0]
+               method=est.method_used_, converged=bool(est.converged_),
+               probit_start=probit_start, **probit_fit)  # fmt: skip
     if verbose:
-        against = (f"; probit fit {fit['probit_factorisations']} factorisations, step / probit "
-                   f"{fit['factorisations'] / fit['probit_factorisations']:.1f}x"
-                   if probit else "")  # fmt: skip
+        against = ""
+        if probit_fit:
+            step, base = fit["factorisations"], fit["probit_factorisations"]
+            against = f"; probit fit {base} factorisations, step / probit {step / base:.1f}x"
+            if probit_start:
+                against += f", with the probit fit {(step + base) / base:.1f}x"
         print(f"{boundary:6s} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: "
               f"{seconds:6.2f} s, ell {fit['ell']:.4f}, log evidence {fit['lml']:.4f}, "
               f"{fit['method']}, {sum(r[3] for r in runs)} sweeps, "
@@ -478,21 +498,29 @@ def summary(name, fits):
     )
     if fits and all("probit_factorisations" in f for f in fits):
         print(probit_line(fits))
+        if all(f["probit_start"] for f in fits):
+            print(probit_line(fits, with_probit=True))
 
 
-def probit_line(fits, bound=3.0):
+def probit_line(fits, bound=3.0, with_probit=False):
     """One line: each fit's factorisations over the default probit fit's on the same data
     (a ratio that does not depend on the machine's load), their median and largest, and
-    the fits above ``bound``."""
-    ratios = [f["factorisations"] / f["probit_factorisations"] for f in fits]
+    the fits above ``bound``; ``with_probit`` counts the probit fit's own factorisations
+    in the step fit's (``--probit-start``, whose step fit needs the probit fit)."""
+    ratios = [
+        (f["factorisations"] + with_probit * f["probit_factorisations"])
+        / f["probit_factorisations"]
+        for f in fits
+    ]
     above = [(r, f["cell"]) for r, f in zip(ratios, fits, strict=True) if r > bound]
     listed = "; ".join(
         f"{b} n={n} flips {flip:.0%} eps {eps:g} seed {seed}: {r:.1f}x"
         for r, (b, n, flip, seed, eps) in sorted(above, reverse=True)
     )
+    counted = "step and probit" if with_probit else "step"
     return (
         f"factorisations against the probit fit's: {sum(f['probit_factorisations'] for f in fits)} "
-        f"in the probit fits; step / probit per fit: median {np.median(ratios):.2f}x, "
+        f"in the probit fits; {counted} / probit per fit: median {np.median(ratios):.2f}x, "
         f"{min(ratios):.2f}-{max(ratios):.2f}x; above {bound:g}x: {len(above)} of {len(fits)}"
         + (f" ({listed})" if listed else "")
     )
@@ -687,6 +715,13 @@ def main(argv=None):
         "print the step fit's over the probit fit's",
     )
     parser.add_argument(
+        "--probit-start",
+        action="store_true",
+        help="fit the default probit classifier first and start the step fit's search at "
+        "its kernel; print the step fit's factorisations over the probit fit's, alone and "
+        "with the probit fit counted",
+    )
+    parser.add_argument(
         "--seeds",
         default="5-7",
         help="the small fits' seeds (default 5-7, the 42 fits), a range A-B or comma-separated",
@@ -704,7 +739,7 @@ def main(argv=None):
         else:
             fits = run(
                 args.variant, large=args.large, show_runs=args.runs, seeds=seeds,
-                probit=args.probit,
+                probit=args.probit, probit_start=args.probit_start,
             )  # fmt: skip
             summary(args.variant, fits)
 

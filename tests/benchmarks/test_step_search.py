@@ -262,28 +262,65 @@ def test_damped_fallback_variant_runs_damped_sweeps_after_a_failed_run():
     np.testing.assert_array_equal(power.site_precision, plain.site_precision)
 
 
-def test_probit_counts_are_the_probit_fits_factorisations(monkeypatch):
-    """--probit: each fit also records the default probit fit's factorisations on its data,
-    the same number an independent count of that fit gives; the summary line reports the
-    ratios and names the fits above the bound."""
-    from robustep import GPClassifier
+_CELL = ("xor", 80, 0.2, 5, 0.2)
+
+
+def _one_cell_with_counter(monkeypatch):
+    """step_search restricted to one small cell, its data, and a list whose entry counts
+    the posterior factorisations made from now on."""
     from robustep.ep import engine
 
     step_search = _module()
-    cell = ("xor", 80, 0.2, 5, 0.2)
-    monkeypatch.setattr(step_search, "cells", lambda large=False, seeds=(5,): [cell])
-    (fit,) = step_search.run("current", verbose=False, probit=True)
-    X, y = step_search._stress().step_noise_data(*cell[:4])
+    monkeypatch.setattr(step_search, "cells", lambda large=False, seeds=(5,): [_CELL])
     count, seen = engine._Context.count_factorisation, [0]
 
     def counted(ctx):
         seen[0] += 1
         return count(ctx)
 
-    monkeypatch.setattr(engine._Context, "count_factorisation", counted)
+    X, y = step_search._stress().step_noise_data(*_CELL[:4])
+    return (
+        step_search,
+        X,
+        y,
+        seen,
+        lambda: monkeypatch.setattr(engine._Context, "count_factorisation", counted),
+    )
+
+
+def test_probit_counts_are_the_probit_fits_factorisations(monkeypatch):
+    """--probit: each fit also records the default probit fit's factorisations on its data,
+    the same number an independent count of that fit gives; the summary line reports the
+    ratios and names the fits above the bound."""
+    from robustep import GPClassifier
+
+    step_search, X, y, seen, start_counting = _one_cell_with_counter(monkeypatch)
+    (fit,) = step_search.run("current", verbose=False, probit=True)
+    start_counting()
     GPClassifier().fit(X, y)
     assert fit["probit_factorisations"] == seen[0] > 0
     ratio = fit["factorisations"] / fit["probit_factorisations"]
     line = step_search.probit_line([fit], bound=ratio / 2)
     assert f"median {ratio:.2f}x" in line and "above" in line and "1 of 1 (xor n=80" in line
     assert "0 of 1" in step_search.probit_line([fit], bound=ratio * 2)
+
+
+def test_probit_start_searches_from_the_probit_kernel(monkeypatch):
+    """--probit-start: the step fit's search starts at the probit fit's kernel (the same
+    factorisations and optimum as an independent fit from that kernel, not the default
+    start's), and the second summary line counts the probit fit in the step fit's cost."""
+    from robustep import GPClassifier
+
+    step_search, X, y, seen, start_counting = _one_cell_with_counter(monkeypatch)
+    (fit,) = step_search.run("current", verbose=False, probit_start=True)
+    (default,) = step_search.run("current", verbose=False, probit=True)
+    kernel = GPClassifier().fit(X, y).kernel_
+    start_counting()
+    est = GPClassifier(likelihood="step", label_noise=_CELL[4], kernel=kernel).fit(X, y)
+    assert fit["factorisations"] == seen[0] > 0
+    assert fit["ell"] == pytest.approx(float(est.kernel_.k2.length_scale), rel=1e-12)
+    assert fit["probit_factorisations"] == default["probit_factorisations"]
+    assert (fit["factorisations"], fit["ell"]) != (default["factorisations"], default["ell"])
+    total = (fit["factorisations"] + fit["probit_factorisations"]) / fit["probit_factorisations"]
+    line = step_search.probit_line([fit], with_probit=True)
+    assert f"step and probit / probit per fit: median {total:.2f}x" in line
