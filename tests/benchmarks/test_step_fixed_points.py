@@ -106,8 +106,7 @@ def test_sequential_run_is_capped_and_silent(recwarn):
     exactly that many, without a ConvergenceWarning (the table reports it)."""
     module = load_benchmark("step_fixed_points")
     X, y = module._stress().step_noise_data("xor", 60, 0.2, 5)
-    K = module.RBF(0.5)(X)
-    res = module.sequential(K, y, 0.2, 0.0, max_iter=1)
+    res = module.sequential(module.step_kernel(X, 0.5), y, 0.2, 0.0, max_iter=1)
     assert not res.converged and res.n_iter == 1
     assert not [w for w in recwarn if issubclass(w.category, module.ConvergenceWarning)]
 

@@ -549,6 +549,8 @@ def test_invalid_init_falls_back_with_warning():
         expectation_propagation(K, y, lik, init=(np.zeros(n - 1), np.zeros(n - 1)))
     with pytest.raises(ValueError, match="NaN"):
         expectation_propagation(K, y, lik, init=(np.full(n, np.nan), np.zeros(n)))
+    with pytest.raises(ValueError, match='init must be None, "subset", a .* got .sequential'):
+        expectation_propagation(K, y, lik, init="sequential")
 
 
 # --------------------------------------------------------------------------- validation

@@ -128,6 +128,8 @@ def test_validation():
         newton_expectation_propagation(K, y, Probit(), (np.zeros(5), np.zeros(5)))
     with pytest.raises(TypeError, match="pair"):
         newton_expectation_propagation(K, y, Probit(), 3.0)
+    with pytest.raises(ValueError, match="init must be None, a .* pair or an EPResult, got"):
+        newton_expectation_propagation(K, y, Probit(), "subset")  # no subset start here
     with pytest.raises(ValueError, match="step"):
         newton_expectation_propagation(K, y, Probit(), good, step=2.0)
     with pytest.raises(ValueError, match="tol_units"):

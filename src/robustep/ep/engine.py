@@ -755,14 +755,17 @@ def _check_mean_sweeps(mean_sweeps, site_update):
     return int(mean_sweeps)
 
 
-def _initial_sites(init, n, name="init"):
+def _initial_sites(init, n, name="init", strings=()):
     """(site_precision, site_shift) copies, (n,) each, from ``init``: None (zero sites), an
-    EPResult or a pair of arrays; ``name`` is the argument the error messages name."""
+    EPResult or a pair of arrays; ``name`` is the argument the error messages name and
+    ``strings`` the string values the caller resolves before (listed in the message for
+    any other string)."""
     if init is None:
         return np.zeros(n), np.zeros(n)
     if isinstance(init, str):
+        accepted = "".join(f'"{s}", ' for s in strings)
         raise ValueError(
-            f'{name} must be None, "subset", a (site_precision, site_shift) pair or an '
+            f"{name} must be None, {accepted}a (site_precision, site_shift) pair or an "
             f"EPResult, got {init!r}"
         )
     if isinstance(init, EPResult):
@@ -911,7 +914,7 @@ def expectation_propagation(
             prior, y, likelihood, run=expectation_propagation, schedule=schedule,
             power=power, damping=damping, site_update=site_update,
         )  # fmt: skip
-    precision, shift = _initial_sites(init, n)
+    precision, shift = _initial_sites(init, n, strings=("subset",))
     try:
         ev = _evaluate(ctx, precision, shift)
     except InvalidSiteConfiguration:
